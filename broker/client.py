@@ -1,0 +1,50 @@
+"""A client connection as the core sees it: no socket, just state.
+
+The asyncio shell keeps its transport in ``conn``; the core never touches it.
+"""
+
+from __future__ import annotations
+
+from itertools import count
+
+_ids = count(1)
+
+
+class Client:
+    __slots__ = (
+        "id", "addr", "laddr", "fd", "name", "proto", "authenticated", "ctime",
+        "last_interaction", "last_cmd", "lib_name", "lib_ver", "closing",
+        "monitor", "conn", "blocked_on", "block_deadline", "block_count",
+        "block_withcounters", "blocked_since",
+    )
+
+    def __init__(self, addr: str = "", laddr: str = "", fd: int = -1, now: int = 0,
+                 client_id: int | None = None) -> None:
+        self.id = next(_ids) if client_id is None else client_id
+        self.addr = addr
+        self.laddr = laddr
+        self.fd = fd
+        self.name = b""
+        self.proto = 2              # RESP version, switched by HELLO 3
+        self.authenticated = False
+        self.ctime = now
+        self.last_interaction = now
+        self.last_cmd = b"NULL"
+        self.lib_name = b""
+        self.lib_ver = b""
+        self.closing = False        # QUIT / CLIENT KILL: close once replies are flushed
+        self.monitor = False
+        self.conn = None
+        # GETJOB blocking state: the queues (list of Queue) or None.
+        self.blocked_on = None
+        self.block_deadline = 0     # ms, 0 = forever
+        self.block_count = 1
+        self.block_withcounters = False
+        self.blocked_since = 0
+
+    @property
+    def blocked(self) -> bool:
+        return self.blocked_on is not None
+
+    def __repr__(self) -> str:
+        return f"<Client id={self.id} addr={self.addr}>"

@@ -1,0 +1,70 @@
+"""GETJOB: take jobs from queues, blocking when they are all empty."""
+
+from __future__ import annotations
+
+from broker.commands import SYNTAX_ERROR, CommandError, command, parse_int, parse_timeout_ms
+from broker.node import BLOCKED, job_reply
+from broker.queue import PAUSED_OUT
+from protocol.resp import NULL_ARRAY, Error
+
+LEAVING = Error("LEAVING Please use a different node")
+
+
+@command("getjob", -3)
+def getjob(node, client, argv):
+    """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM queue [queue ...]"""
+    timeout = 0
+    count = 1
+    nohang = False
+    withcounters = False
+    names = None
+    i, argc = 1, len(argv)
+    while i < argc:
+        opt = argv[i].lower()
+        last = i == argc - 1
+        if opt == b"from":
+            names = argv[i + 1:]
+            break
+        if opt == b"nohang":
+            nohang = True
+        elif opt == b"withcounters":
+            withcounters = True
+        elif opt == b"timeout" and not last:
+            timeout = parse_timeout_ms(argv[i + 1])
+            i += 1
+        elif opt == b"count" and not last:
+            count = parse_int(argv[i + 1], "ERR COUNT must be a number greater than zero")
+            if count <= 0:
+                raise CommandError("ERR COUNT must be a number greater than zero")
+            i += 1
+        else:
+            raise CommandError(SYNTAX_ERROR)
+        i += 1
+    if not names:
+        raise CommandError(SYNTAX_ERROR)
+
+    # Round robin over the queues, one job each per pass, until COUNT.
+    queues = node.queues
+    found = [q for q in map(queues.get, names) if q is not None and q.jobs
+             and not q.flags & PAUSED_OUT]
+    if found:
+        now = node.clock()
+        if count == 1:
+            return [job_reply(node.fetch_job(found[0], now), withcounters)]
+        jobs = []
+        while found and len(jobs) < count:
+            for q in found:
+                job = node.fetch_job(q, now)
+                if job is not None:
+                    jobs.append(job_reply(job, withcounters))
+                    if len(jobs) == count:
+                        break
+            found = [q for q in found if q.jobs]
+        return jobs
+    if nohang:
+        return NULL_ARRAY
+    if node.leaving:
+        return LEAVING
+    node.block_client(client, [node.get_queue(n, create=True) for n in dict.fromkeys(names)],
+                      timeout, count, withcounters)
+    return BLOCKED

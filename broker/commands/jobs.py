@@ -1,0 +1,154 @@
+"""ADDJOB, SHOW, DELJOB: creating, inspecting and evicting jobs."""
+
+from __future__ import annotations
+
+from broker.commands import (
+    F_DENYOOM, F_FAST, F_WRITE, SYNTAX_ERROR, CommandError, command, parse_int,
+    parse_job_ids, parse_timeout_ms,
+)
+from broker.job import (
+    ACTIVE, BADID, DEFAULT_RETRY_MAX, DEFAULT_TTL, WAIT_REPL, Job, make_job_id, valid_job_id,
+)
+from broker.queue import PAUSED_IN
+from protocol.resp import Error, Status
+
+NOREPL_NODES = Error("NOREPL Not enough reachable nodes for the requested replication level")
+
+
+@command("addjob", -4, F_DENYOOM | F_WRITE)
+def addjob(node, client, argv):
+    """ADDJOB queue job ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] [ASYNC]"""
+    replicate = 0
+    delay = 0
+    retry = -1
+    ttl = DEFAULT_TTL
+    maxlen = 0
+    is_async = False
+    i, argc = 4, len(argv)
+    while i < argc:
+        opt = argv[i].lower()
+        last = i == argc - 1
+        if opt == b"replicate" and not last:
+            replicate = parse_int(argv[i + 1])
+            if replicate <= 0 or replicate > 65535:
+                raise CommandError("ERR REPLICATE must be between 1 and 65535")
+            i += 1
+        elif opt == b"ttl" and not last:
+            ttl = parse_int(argv[i + 1])
+            if ttl <= 0:
+                raise CommandError("ERR TTL must be greater than zero")
+            i += 1
+        elif opt == b"retry" and not last:
+            retry = parse_int(argv[i + 1])
+            if retry < 0:
+                raise CommandError("ERR RETRY time must be non negative")
+            i += 1
+        elif opt == b"delay" and not last:
+            delay = parse_int(argv[i + 1])
+            if delay < 0:
+                raise CommandError("ERR DELAY time can't be negative")
+            i += 1
+        elif opt == b"maxlen" and not last:
+            maxlen = parse_int(argv[i + 1])
+            if maxlen <= 0:
+                raise CommandError("ERR MAXLEN must be positive")
+            i += 1
+        elif opt == b"async":
+            is_async = True
+        else:
+            raise CommandError(SYNTAX_ERROR)
+        i += 1
+    timeout = parse_timeout_ms(argv[3])
+
+    if retry == -1:
+        retry = min(ttl // 10, DEFAULT_RETRY_MAX) or 1
+    reachable = node.reachable_nodes_count()
+    if replicate == 0:
+        replicate = min(3, reachable)
+    if replicate > 1 and retry == 0:
+        raise CommandError("ERR With RETRY set to 0 please explicitly set "
+                           "REPLICATE to 1 (at-most-once delivery)")
+    if delay >= ttl:
+        raise CommandError("ERR The specified DELAY is greater than or equal to the job TTL")
+
+    # Over 75% of maxmemory, or leaving, we keep no local copy (SPEC sections 6, 8)
+    # when there is another node to hold it; a lone node keeps it until OOM.
+    external = reachable > 1 and (node.leaving or node.memory_level() >= 1)
+    if replicate > (reachable - 1 if external else reachable):
+        return NOREPL_NODES
+
+    qname = argv[1]
+    q = node.queues.get(qname)
+    if q is not None:
+        if q.flags & PAUSED_IN:
+            return Error("PAUSED Queue paused in input, try later")
+        if maxlen and len(q.jobs) >= maxlen:
+            return Error("MAXLEN Queue is already longer than the specified MAXLEN count")
+
+    now = node.clock()
+    jid = make_job_id(node.myself_id, node.rng.getrandbits(144), ttl, retry)
+    job = Job(jid, qname, argv[2], WAIT_REPL, replicate, node.shared_time(now, ttl),
+              node.new_ctime(now), delay, retry)
+    if delay:
+        job.qtime = node.shared_time(now, delay)
+    if replicate > 1 or external:
+        # The cluster layer replicates, answers (now if ASYNC) and queues.
+        return node.cluster.replicate_new_job(client, job, timeout, is_async, external)
+    # One copy, here: it is replicated as soon as it exists.
+    job.state = ACTIVE
+    node.register_job(job)
+    if node.aof is not None:
+        node.aof.log_job(job)
+    if not delay:
+        node.queue_job(job, now)
+    return Status(jid.decode())
+
+
+@command("show", 2, F_FAST)
+def show(node, client, argv):
+    """SHOW job-id"""
+    jid = argv[1]
+    if not valid_job_id(jid):
+        return Error(BADID)
+    job = node.get_job(jid)
+    if job is None:
+        return None
+    return show_fields(node, job, node.clock())
+
+
+def show_fields(node, job, now: int) -> list:
+    """SHOW's flat field/value array (also JSCAN REPLY all)."""
+    me = node.myself_id.encode()
+    delivered = sorted(n.encode() for n in job.nodes_delivered) if job.nodes_delivered else [me]
+    confirmed = sorted(n.encode() for n in job.nodes_confirmed) if job.nodes_confirmed else (
+        [me] if job.state != WAIT_REPL else [])
+    awake = node.wake_time(job)
+    return [
+        b"id", job.id,
+        b"queue", job.queue,
+        b"state", job.state_name,
+        b"repl", job.repl,
+        b"ttl", (job.etime - now) // 1000,
+        b"ctime", job.ctime,
+        b"delay", job.delay,
+        b"retry", job.retry,
+        b"nacks", job.nacks,
+        b"additional-deliveries", job.additional_deliveries,
+        b"nodes-delivered", delivered,
+        b"nodes-confirmed", confirmed,
+        b"next-requeue-within", job.qtime - now if job.qtime and job.state != 3 else None,
+        b"next-awake-within", awake - now if awake else None,
+        b"body", job.body,
+    ]
+
+
+@command("deljob", -2, F_WRITE | F_FAST)
+def deljob(node, client, argv):
+    """DELJOB job-id [job-id ...]: evict jobs from this node only."""
+    evicted = 0
+    for jid in parse_job_ids(node, argv):
+        job = node.get_job(jid)
+        if job is not None:
+            node.unregister_job(job)
+            evicted += 1
+    return evicted

@@ -1,0 +1,88 @@
+"""QLEN, QPEEK, QSTAT, PAUSE: looking at and controlling queues."""
+
+from __future__ import annotations
+
+from broker.commands import F_FAST, SYNTAX_ERROR, CommandError, command, parse_int
+from broker.node import job_reply
+from broker.queue import PAUSED_IN, PAUSED_OUT
+from protocol.resp import Status
+
+
+@command("qlen", 2, F_FAST)
+def qlen(node, client, argv):
+    """QLEN queue"""
+    q = node.queues.get(argv[1])
+    return len(q.jobs) if q is not None else 0
+
+
+@command("qpeek", 3)
+def qpeek(node, client, argv):
+    """QPEEK queue count: oldest first, newest first when count < 0."""
+    count = parse_int(argv[2])
+    q = node.queues.get(argv[1])
+    if q is None:
+        return []
+    return [job_reply(j) for j in q.peek(count)]
+
+
+def import_rate(q, now: int) -> int:
+    """Jobs imported per second by federation, over the last two seconds."""
+    if now // 1000 - q.current_import_jobs_time // 1000 > 1:
+        return 0
+    if q.current_import_jobs_time // 1000 == now // 1000:
+        return q.prev_import_jobs_count
+    return q.current_import_jobs_count
+
+
+@command("qstat", 2)
+def qstat(node, client, argv):
+    """QSTAT queue"""
+    q = node.queues.get(argv[1])
+    if q is None:
+        return None
+    now = node.clock()
+    responders = sorted(n.encode() for n in q.needjobs_responders) if q.needjobs_responders else []
+    return [
+        b"name", q.name,
+        b"len", len(q.jobs),
+        b"age", (now - q.ctime) // 1000,
+        b"idle", (now - q.atime) // 1000,
+        b"blocked", len(q.blocked),
+        b"import-from", responders,
+        b"import-rate", import_rate(q, now),
+        b"jobs-in", q.jobs_in,
+        b"jobs-out", q.jobs_out,
+        b"pause", q.pause_name,
+    ]
+
+
+@command("pause", -3)
+def pause(node, client, argv):
+    """PAUSE queue in|out|all|none|state|bcast ..."""
+    flags = 0
+    update = bcast = False
+    for opt in argv[2:]:
+        opt = opt.lower()
+        if opt == b"in":
+            flags |= PAUSED_IN
+            update = True
+        elif opt == b"out":
+            flags |= PAUSED_OUT
+            update = True
+        elif opt == b"all":
+            flags |= PAUSED_IN | PAUSED_OUT
+            update = True
+        elif opt == b"none":
+            update = True
+        elif opt == b"state":
+            pass
+        elif opt == b"bcast":
+            bcast = True
+        else:
+            raise CommandError(SYNTAX_ERROR)
+    q = node.get_queue(argv[1], create=True)
+    if update:
+        node.set_queue_pause(q, flags)
+        if bcast and node.cluster is not None:
+            node.cluster.broadcast_pause(q)
+    return Status(q.pause_name.decode())

@@ -1,0 +1,289 @@
+"""Server commands: INFO, CONFIG, DEBUG, COMMAND, TIME, SHUTDOWN, SLOWLOG, MONITOR,
+BGREWRITEAOF."""
+
+from __future__ import annotations
+
+import platform
+import sys
+
+from broker.commands import (
+    COMMANDS, F_ADMIN, F_LOADING, F_NOAUTH, FLAG_NAMES, SYNTAX_ERROR, CommandError,
+    command, parse_int,
+)
+from broker.commands.connection import VERSION
+from broker.config import ConfigError, format_memory
+from protocol.resp import OK, Error, Map, Status
+
+
+@command("time", 1, F_LOADING)
+def time_(node, client, argv):
+    """TIME: [unix seconds, microseconds]"""
+    now = node.clock()
+    return [b"%d" % (now // 1000), b"%d" % ((now % 1000) * 1000)]
+
+
+# ----------------------------------------------------------------------- INFO
+def _section_server(node, now):
+    uptime = (now - node.start_time) // 1000
+    return [
+        ("disque_version", "1.0-rc1"),
+        ("disquette_version", VERSION),
+        ("os", f"{platform.system()} {platform.release()} {platform.machine()}"),
+        ("arch_bits", "64" if sys.maxsize > 2**32 else "32"),
+        ("multiplexing_api", "asyncio"),
+        ("python_version", platform.python_version()),
+        ("process_id", node.host.pid),
+        ("run_id", node.myself_id),
+        ("tcp_port", node.config.port),
+        ("uptime_in_seconds", uptime),
+        ("uptime_in_days", uptime // 86400),
+        ("hz", node.config.hz),
+        ("config_file", node.config.config_file or ""),
+    ]
+
+
+def _section_clients(node, now):
+    return [("connected_clients", len(node.clients)),
+            ("blocked_clients", node.blocked_count)]
+
+
+def _section_memory(node, now):
+    used = node.used_memory()
+    rss = node.host.rss()
+    maxmem = node.config.maxmemory
+    return [
+        ("used_memory", used), ("used_memory_human", format_memory(used)),
+        ("used_memory_rss", rss), ("used_memory_rss_human", format_memory(rss)),
+        ("maxmemory", maxmem), ("maxmemory_human", format_memory(maxmem)),
+        ("mem_warning_level", node.memory_level()),
+    ]
+
+
+def _section_jobs(node, now):
+    return [("registered_jobs", node.job_count)]
+
+
+def _section_queues(node, now):
+    return [("registered_queues", len(node.queues))]
+
+
+def _section_persistence(node, now):
+    aof = node.aof
+    fields = [("loading", int(node.loading))]
+    if aof is not None:
+        fields += aof.info_fields()
+    else:
+        fields += [("aof_enabled", 0), ("aof_state", "off"),
+                   ("aof_rewrite_in_progress", 0), ("aof_rewrite_scheduled", 0)]
+    return fields
+
+
+def _section_stats(node, now):
+    return list(node.stats.items())
+
+
+def _section_cpu(node, now):
+    sys_t, user_t = node.host.cpu()
+    return [("used_cpu_sys", f"{sys_t:.2f}"), ("used_cpu_user", f"{user_t:.2f}")]
+
+
+def _section_commandstats(node, now):
+    return [(f"cmdstat_{name.decode()}",
+             f"calls={calls},usec={usec},usec_per_call={usec / calls:.2f}")
+            for name, (calls, usec) in sorted(node.cmdstats.items())]
+
+
+def _section_cluster(node, now):
+    if node.cluster is None:
+        return [("cluster_enabled", 0)]
+    return [("cluster_enabled", 1)]
+
+
+INFO_SECTIONS = {
+    "server": _section_server,
+    "clients": _section_clients,
+    "memory": _section_memory,
+    "jobs": _section_jobs,
+    "queues": _section_queues,
+    "persistence": _section_persistence,
+    "stats": _section_stats,
+    "cpu": _section_cpu,
+    "cluster": _section_cluster,
+    "commandstats": _section_commandstats,
+}
+DEFAULT_SECTIONS = [s for s in INFO_SECTIONS if s != "commandstats"]
+
+
+@command("info", -1, F_LOADING)
+def info(node, client, argv):
+    """INFO [section ...]"""
+    wanted = [a.decode("latin-1").lower() for a in argv[1:]]
+    if not wanted or wanted == ["default"]:
+        sections = DEFAULT_SECTIONS
+    elif "all" in wanted or "everything" in wanted:
+        sections = list(INFO_SECTIONS)
+    else:
+        sections = [s for s in wanted if s in INFO_SECTIONS]
+    now = node.clock()
+    out = []
+    for name in sections:
+        if out:
+            out.append("")
+        out.append("# " + name.capitalize())
+        out.extend(f"{k}:{v}" for k, v in INFO_SECTIONS[name](node, now))
+    return ("\r\n".join(out) + "\r\n").encode()
+
+
+# --------------------------------------------------------------------- CONFIG
+@command("config", -2, F_ADMIN | F_LOADING)
+def config(node, client, argv):
+    """CONFIG GET pattern | SET directive value | REWRITE | RESETSTAT"""
+    sub = argv[1].lower()
+    cfg = node.config
+    if sub == b"get" and len(argv) == 3:
+        pairs = cfg.get(argv[2].decode("latin-1"))
+        out = []
+        for k, v in pairs:
+            out += [k.encode(), v.encode()]
+        # Redis 7 answers a map under RESP3; flat under RESP2.
+        return Map(zip(out[::2], out[1::2])) if client.proto == 3 else out
+    if sub == b"set" and len(argv) >= 4 and len(argv) % 2 == 0:
+        try:
+            for i in range(2, len(argv), 2):
+                name = argv[i].decode("latin-1").lower()
+                cfg.set(name, argv[i + 1].decode("latin-1"))
+                node.host.config_changed(name)
+        except ConfigError as e:
+            msg = str(e)
+            return Error(msg if msg.startswith("ERR") else "ERR " + msg)
+        return OK
+    if sub == b"rewrite" and len(argv) == 2:
+        if not cfg.config_file:
+            return Error("ERR The server is running without a config file")
+        try:
+            node.host.rewrite_config()
+        except OSError as e:
+            return Error(f"ERR Rewriting config file: {e}")
+        return OK
+    if sub == b"resetstat" and len(argv) == 2:
+        for k in node.stats:
+            node.stats[k] = 0
+        node.cmdstats.clear()
+        return OK
+    raise CommandError(f"ERR unknown subcommand or wrong number of arguments for "
+                       f"'{argv[1].decode('latin-1')}'. Try CONFIG HELP.")
+
+
+# ---------------------------------------------------------------------- DEBUG
+@command("debug", -2, F_ADMIN | F_LOADING)
+def debug(node, client, argv):
+    """DEBUG FLUSHALL | SLEEP seconds | LOADAOF | SEGFAULT | RESTART"""
+    sub = argv[1].lower()
+    if sub == b"flushall":
+        node.flushall()
+        if node.aof is not None:
+            node.aof.log_flushall()
+        return OK
+    if sub == b"sleep" and len(argv) == 3:
+        try:
+            seconds = float(argv[2])
+        except ValueError:
+            raise CommandError("ERR value is not a valid float") from None
+        node.host.sleep(seconds)
+        return OK
+    if sub == b"loadaof":
+        if node.aof is None:
+            return Error("ERR AOF is not enabled")
+        node.aof.debug_loadaof()
+        return OK
+    if sub == b"segfault":
+        node.host.crash()
+        return OK
+    if sub == b"restart":
+        node.host.restart()
+        return OK
+    raise CommandError(SYNTAX_ERROR)
+
+
+# --------------------------------------------------------------------- COMMAND
+def _command_info(cmd) -> list:
+    flags = [Status(n.decode()) for f, n in FLAG_NAMES.items() if cmd.flags & f]
+    return [cmd.name, cmd.arity, flags, 0, 0, 0, [], [], [], []]
+
+
+@command("command", -1, F_LOADING)
+def command_cmd(node, client, argv):
+    """COMMAND | COMMAND COUNT | COMMAND INFO name ... | COMMAND DOCS [name ...]"""
+    if len(argv) == 1:
+        return [_command_info(c) for c in COMMANDS.values()]
+    sub = argv[1].lower()
+    if sub == b"count" and len(argv) == 2:
+        return len(COMMANDS)
+    if sub == b"info":
+        names = argv[2:] or list(COMMANDS)
+        return [_command_info(COMMANDS[n.lower()]) if n.lower() in COMMANDS else None
+                for n in names]
+    if sub == b"docs":
+        names = [n.lower() for n in argv[2:]] or list(COMMANDS)
+        docs = {}
+        for n in names:
+            cmd = COMMANDS.get(n)
+            if cmd is not None:
+                syntax = cmd.doc.splitlines()[0] if cmd.doc else cmd.name.decode().upper()
+                docs[cmd.name] = Map({b"summary": syntax.encode(), b"since": b"1.0.0",
+                                      b"group": b"generic"})
+        return Map(docs)
+    if sub == b"list":
+        return list(COMMANDS)
+    raise CommandError(f"ERR unknown subcommand '{argv[1].decode('latin-1')}'. "
+                       "Try COMMAND HELP.")
+
+
+# -------------------------------------------------------------------- SHUTDOWN
+@command("shutdown", -1, F_ADMIN | F_LOADING)
+def shutdown(node, client, argv):
+    """SHUTDOWN [NOSAVE|SAVE|REWRITE-AOF]"""
+    mode = "default"
+    for a in argv[1:]:
+        a = a.lower()
+        if a in (b"nosave", b"save", b"rewrite-aof", b"now", b"force", b"abort"):
+            mode = a.decode()
+        else:
+            raise CommandError(SYNTAX_ERROR)
+    node.host.shutdown(mode)
+    # On success the connection just closes, as in Redis.
+    client.closing = True
+    return None
+
+
+@command("bgrewriteaof", 1, F_ADMIN)
+def bgrewriteaof(node, client, argv):
+    """BGREWRITEAOF"""
+    if node.aof is None:
+        return Error("ERR AOF is not enabled")
+    return Status(node.aof.start_rewrite())
+
+
+@command("monitor", 1, F_ADMIN)
+def monitor(node, client, argv):
+    """MONITOR: stream every command this node receives."""
+    if not client.monitor:
+        client.monitor = True
+        node.monitors.append(client)
+    return OK
+
+
+@command("slowlog", -2, F_ADMIN)
+def slowlog(node, client, argv):
+    """SLOWLOG GET [count] | LEN | RESET"""
+    sub = argv[1].lower()
+    if sub == b"get":
+        count = parse_int(argv[2]) if len(argv) > 2 else 10
+        entries = node.slowlog if count < 0 else node.slowlog[:count]
+        return [list(e) for e in entries]
+    if sub == b"len":
+        return len(node.slowlog)
+    if sub == b"reset":
+        node.slowlog.clear()
+        return OK
+    raise CommandError(SYNTAX_ERROR)

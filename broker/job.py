@@ -1,0 +1,144 @@
+"""Jobs: the unit of work, their ids and their states (SPEC sections 2 and 3).
+
+Ids, queue names and bodies are kept as ``bytes`` from the wire to the reply:
+no decoding on the hot path, and bytes take less memory than str.
+
+Times inside a Job are integer milliseconds of the node's clock, except ``ctime``
+which is Disque's ``ms * 1_000_000 + counter`` ordering key.
+"""
+
+from __future__ import annotations
+
+import base64
+
+# Job states, in SPEC order. The index is what SHOW and JSCAN print.
+WAIT_REPL = 0
+ACTIVE = 1
+QUEUED = 2
+ACKED = 3
+STATE_NAMES = (b"wait-repl", b"active", b"queued", b"acked")
+STATE_BY_NAME = {name: i for i, name in enumerate(STATE_NAMES)}
+
+JOB_ID_LEN = 40
+# Defaults of SPEC section 3.
+DEFAULT_TTL = 86400
+DEFAULT_RETRY_MAX = 300
+
+# Job flags (small bit set, one slot).
+FLAG_BCAST_WILLQUEUE = 1  # WILLQUEUE already sent for the current requeue time
+FLAG_DELIVERED = 2        # given to a client at least once (RETRY 0 eviction)
+FLAG_DUMMY_ACK = 4        # ack for an id we never held (ACKJOB of an unknown id)
+FLAG_BCAST_QUEUED = 8     # (cluster) we told holders we queued it
+
+BADID = "BADID Invalid Job ID format."
+
+
+def valid_job_id(jid: bytes) -> bool:
+    """Disque's validateJobID: the shape only, cheap enough for every id."""
+    return (
+        len(jid) == JOB_ID_LEN
+        and jid[0] == 68  # 'D'
+        and jid[1] == 45  # '-'
+        and jid[10] == 45
+        and jid[35] == 45
+    )
+
+
+def make_job_id(node_id: str, rnd144: int, ttl: int, retry: int) -> bytes:
+    """D-<8 hex of node id>-<24 base64 chars of 144 random bits>-<4 hex TTL minutes>.
+
+    The last nibble's low bit tells other nodes whether the job is at-least-once
+    (RETRY > 0: odd) or at-most-once (even), so an ACKJOB for an unknown id
+    knows whether a dummy ack is worth creating.
+    """
+    ttl_min = ttl // 60
+    if ttl_min > 0xFFFF:
+        ttl_min = 0xFFFF
+    if retry:
+        ttl_min |= 1
+    else:
+        ttl_min &= 0xFFFE
+    rnd = base64.b64encode(rnd144.to_bytes(18, "big"))
+    return b"D-" + node_id[:8].encode() + b"-" + rnd + b"-%04x" % ttl_min
+
+
+def ttl_from_id(jid: bytes) -> int:
+    """TTL in seconds encoded in an id (minutes, rounded down), used for dummy acks."""
+    return int(jid[36:40], 16) * 60
+
+
+def id_is_at_least_once(jid: bytes) -> bool:
+    return bool(int(jid[39:40], 16) & 1)
+
+
+def node_prefix_of(jid: bytes) -> bytes:
+    """The first 8 hex chars of the creating node's id."""
+    return jid[2:10]
+
+
+class Job:
+    """One job. __slots__ because a node may hold millions of them."""
+
+    __slots__ = (
+        "id", "queue", "body", "state", "flags", "repl", "etime", "ctime", "delay",
+        "retry", "nacks", "additional_deliveries", "nodes_delivered",
+        "nodes_confirmed", "qtime", "gc_retry",
+    )
+
+    def __init__(self, jid: bytes, queue: bytes, body: bytes, state: int, repl: int,
+                 etime: int, ctime: int, delay: int, retry: int) -> None:
+        self.id = jid
+        self.queue = queue
+        self.body = body
+        self.state = state
+        self.flags = 0
+        self.repl = repl
+        self.etime = etime          # absolute expire time, ms
+        self.ctime = ctime          # ordering key: ms * 1e6 + per-ms counter
+        self.delay = delay          # seconds
+        self.retry = retry          # seconds; 0 = at most once
+        self.nacks = 0
+        self.additional_deliveries = 0
+        # Node ids (str) that may hold a copy / that confirmed they hold one.
+        # None on a lone node's job saves ~200 bytes a job: it means "just me".
+        self.nodes_delivered = None
+        self.nodes_confirmed = None
+        # Next (re)queue time in ms, 0 = none. For an acked job: next ack GC attempt.
+        self.qtime = 0
+        self.gc_retry = 0           # ack GC attempts so far (backoff exponent)
+
+    @property
+    def state_name(self) -> bytes:
+        return STATE_NAMES[self.state]
+
+    def memory_size(self) -> int:
+        """Bytes accounted against maxmemory (body + fixed overhead estimate)."""
+        return len(self.body) + JOB_OVERHEAD
+
+    def __repr__(self) -> str:  # for debugging and test failure messages
+        return f"<Job {self.id.decode()} q={self.queue!r} {STATE_NAMES[self.state].decode()}>"
+
+
+# Rough fixed cost of a Job in this process (object, id, dict entry, queue entry),
+# used for maxmemory accounting, which must be deterministic (SPEC section 6).
+JOB_OVERHEAD = 320
+
+
+def job_to_fields(job: Job) -> list:
+    """A compact, msgpack-friendly list of every field needed to rebuild the job
+    (bus REPLJOB/YOURJOBS and AOF records share it)."""
+    return [
+        job.id, job.queue, job.body, job.state, job.flags, job.repl, job.etime,
+        job.ctime, job.delay, job.retry, job.nacks, job.additional_deliveries,
+        list(job.nodes_delivered) if job.nodes_delivered else None, job.qtime,
+    ]
+
+
+def job_from_fields(f: list) -> Job:
+    job = Job(bytes(f[0]), bytes(f[1]), bytes(f[2]), f[3], f[5], f[6], f[7], f[8], f[9])
+    job.flags = f[4]
+    job.nacks = f[10]
+    job.additional_deliveries = f[11]
+    job.nodes_delivered = set(f[12]) if f[12] else None
+    job.qtime = f[13]
+    return job

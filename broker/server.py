@@ -1,0 +1,393 @@
+"""The asyncio shell around one Node: listeners, client connections, the timer,
+signals, and the effects the core asks for (Host). No decisions are made here.
+
+Hot path, per read: feed the RESP reader, run each complete command through
+``Node.handle_command``, encode the replies and write them in one call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import signal
+import sys
+import time
+
+from broker.config import Config, ConfigError
+from broker.node import BLOCKED, Host, Node
+from protocol.resp import Error, ProtocolError, Reader, encode
+
+log = logging.getLogger("broker.server")
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def perf_us() -> int:
+    return time.perf_counter_ns() // 1000
+
+
+class ClientConnection(asyncio.Protocol):
+    """One client socket. Replies are written in batches, one write per read."""
+
+    __slots__ = ("server", "node", "transport", "client", "reader", "waiting", "closed")
+
+    def __init__(self, server: "Server") -> None:
+        self.server = server
+        self.node = server.node
+        self.transport = None
+        self.client = None
+        self.reader = None
+        self.waiting = False    # a command of ours is blocked: hold back the rest
+        self.closed = False
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        node = self.node
+        peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("sockname")
+        if len(node.clients) >= node.config.maxclients:
+            node.stats["rejected_connections"] += 1
+            transport.write(b"-ERR max number of clients reached\r\n")
+            transport.close()
+            self.closed = True
+            return
+        sock_obj = transport.get_extra_info("socket")
+        self.client = node.new_client(_fmt_addr(peer), _fmt_addr(sock),
+                                      sock_obj.fileno() if sock_obj is not None else -1)
+        self.client.conn = self
+        cfg = node.config
+        self.reader = Reader(max_bulk_len=cfg.proto_max_bulk_len,
+                             max_query_buffer=cfg.client_query_buffer_limit)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.node.stats["total_net_input_bytes"] += len(data)
+        try:
+            self.reader.feed(data)
+        except ProtocolError as e:
+            self.protocol_error(e)
+            return
+        if not self.waiting:
+            self.process()
+        self.server.after_event()
+
+    def process(self) -> None:
+        """Run every complete buffered command until one blocks."""
+        node = self.node
+        client = self.client
+        reader = self.reader
+        proto = client.proto
+        out = []
+        gets = reader.gets
+        handle = node.handle_command
+        while True:
+            try:
+                argv = gets()
+            except ProtocolError as e:
+                if out:
+                    self.transport.write(b"".join(out))
+                self.protocol_error(e)
+                return
+            if argv is False:
+                break
+            reply = handle(client, argv)
+            if reply is BLOCKED:
+                self.waiting = True
+                break
+            if client.proto != proto:  # HELLO switched protocol: this reply uses the new one
+                proto = client.proto
+            if reply is None and client.closing:  # SHUTDOWN: no reply
+                break
+            out.append(encode(reply, proto))
+            if client.closing:
+                break
+        if out:
+            data = b"".join(out)
+            node.stats["total_net_output_bytes"] += len(data)
+            self.transport.write(data)
+        if client.closing:
+            self.close()
+        else:
+            client.last_interaction = node.clock()
+
+    def deliver(self, reply) -> None:
+        """A reply produced later (unblocked GETJOB, sync ADDJOB, MONITOR line)."""
+        if self.closed:
+            return
+        data = encode(reply, self.client.proto)
+        self.node.stats["total_net_output_bytes"] += len(data)
+        self.transport.write(data)
+        if self.waiting and self.client.blocked_on is None:
+            self.waiting = False
+            if self.client.closing:
+                self.close()
+            elif self.reader.pending():
+                self.process()
+
+    def protocol_error(self, e: ProtocolError) -> None:
+        log.info("Protocol error from client %s: %s", self.client.addr, e)
+        self.transport.write(encode(Error(str(e)), 2))
+        self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.transport.close()
+            self.node.client_closed(self.client)
+
+    def connection_lost(self, exc) -> None:
+        if not self.closed and self.client is not None:
+            self.closed = True
+            self.node.client_closed(self.client)
+        self.server.after_event()
+
+
+def _fmt_addr(addr) -> str:
+    if not addr:
+        return ""
+    if isinstance(addr, tuple):
+        host, port = addr[0], addr[1]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return str(addr)
+
+
+class ServerHost(Host):
+    """The effects the Node may ask for, carried out for real."""
+
+    def __init__(self, server: "Server") -> None:
+        self.server = server
+        self.pid = os.getpid()
+
+    def shutdown(self, mode: str) -> None:
+        self.server.request_shutdown(mode)
+
+    def close_client(self, client) -> None:
+        if client.conn is not None:
+            client.conn.close()
+
+    def rewrite_config(self) -> None:
+        cfg = self.server.config
+        path = cfg.config_file
+        try:
+            with open(path, encoding="utf-8") as f:
+                old = f.read()
+        except FileNotFoundError:
+            old = ""
+        new = cfg.rewrite(old)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(new)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)   # DEBUG SLEEP blocks the whole server, as in Redis
+
+    def crash(self) -> None:
+        os.abort()
+
+    def restart(self) -> None:
+        self.server.restart()
+
+    def rss(self) -> int:
+        try:
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            return 0
+
+    def cpu(self) -> tuple[float, float]:
+        t = os.times()
+        return t.system, t.user
+
+    def config_changed(self, name: str) -> None:
+        self.server.config_changed(name)
+
+
+class Server:
+    def __init__(self, config: Config, argv: list[str]) -> None:
+        self.config = config
+        self.argv = argv
+        self.loop = asyncio.get_event_loop()
+        self.host = ServerHost(self)
+        self.node = Node(config, wall_ms, random.Random(int.from_bytes(os.urandom(16), "big")),
+                         self.host, perf_us=perf_us)
+        self.listeners = []
+        self.timer = None
+        self.timer_at = None
+        self.stopped = asyncio.Event()
+        self.shutdown_mode = None
+
+    # -- event plumbing --------------------------------------------------
+    def after_event(self) -> None:
+        """After any input: deliver replies for other clients, re-arm the timer."""
+        node = self.node
+        while node.outbox:
+            outbox, node.outbox = node.outbox, []
+            for client, reply in outbox:
+                if client.conn is not None:
+                    client.conn.deliver(reply)
+        deadline = node.next_deadline()
+        if self.timer_at is None or deadline < self.timer_at:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer_at = deadline
+            self.timer = self.loop.call_later(max(0.0, (deadline - wall_ms()) / 1000),
+                                              self.on_timer)
+
+    def on_timer(self) -> None:
+        self.timer = None
+        self.timer_at = None
+        self.node.tick()
+        self.after_event()
+
+    # -- lifecycle ----------------------------------------------------------
+    async def start(self) -> None:
+        cfg = self.config
+        for addr in cfg.bind or ["127.0.0.1"]:
+            srv = await self.loop.create_server(
+                lambda: ClientConnection(self), host=addr, port=cfg.port,
+                backlog=cfg.tcp_backlog, reuse_address=True)
+            self.listeners.append(srv)
+        log.info("Ready to accept connections on port %d", cfg.port)
+        self.after_event()
+
+    def request_shutdown(self, mode: str) -> None:
+        self.shutdown_mode = mode
+        self.loop.call_soon(self.stopped.set)
+
+    async def run(self) -> None:
+        await self.start()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(sig, self.request_shutdown, "signal")
+        await self.stopped.wait()
+        await self.stop()
+
+    async def stop(self) -> None:
+        log.warning("User requested shutdown...")
+        for srv in self.listeners:
+            srv.close()
+        for client in list(self.node.clients.values()):
+            if client.conn is not None:
+                client.conn.close()
+        if self.node.aof is not None:
+            self.node.aof.shutdown(self.shutdown_mode)
+        if self.timer is not None:
+            self.timer.cancel()
+        remove_pidfile(self.config)
+        log.warning("Disquette is now ready to exit, bye bye...")
+
+    def restart(self) -> None:
+        """DEBUG RESTART: re-exec the same command line."""
+        remove_pidfile(self.config)
+        for srv in self.listeners:
+            srv.close()
+        os.execv(sys.executable, [sys.executable, "-m", "broker", *self.argv])
+
+    def config_changed(self, name: str) -> None:
+        if name == "loglevel":
+            logging.getLogger().setLevel(LOGLEVELS[self.config.loglevel])
+
+
+# ---------------------------------------------------------------------- logging
+LOGLEVELS = {"debug": logging.DEBUG, "verbose": 15, "notice": logging.INFO,
+             "warning": logging.WARNING}
+_LEVEL_MARK = {logging.DEBUG: ".", 15: "-", logging.INFO: "*", logging.WARNING: "#",
+               logging.ERROR: "#", logging.CRITICAL: "#"}
+
+
+class RedisFormatter(logging.Formatter):
+    """pid:M 21 Nov 2026 19:28:53.123 * message  (the Redis log line)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        t = time.localtime(record.created)
+        stamp = time.strftime("%d %b %Y %H:%M:%S", t) + ".%03d" % record.msecs
+        msg = record.getMessage()
+        if record.exc_info:
+            msg += "\n" + self.formatException(record.exc_info)
+        return f"{record.process}:M {stamp} {_LEVEL_MARK.get(record.levelno, '*')} {msg}"
+
+
+def setup_logging(config: Config) -> None:
+    logging.addLevelName(15, "VERBOSE")
+    handler = (logging.FileHandler(config.logfile) if config.logfile
+               else logging.StreamHandler(sys.stdout))
+    handler.setFormatter(RedisFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(LOGLEVELS.get(config.loglevel, logging.INFO))
+
+
+def write_pidfile(config: Config) -> None:
+    if config.pidfile:
+        with open(config.pidfile, "w") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+def remove_pidfile(config: Config) -> None:
+    if config.pidfile:
+        try:
+            os.unlink(config.pidfile)
+        except OSError:
+            pass
+
+
+def daemonize() -> None:
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("-v", "--version"):
+        from broker.commands.connection import VERSION
+        print(f"Disquette server v={VERSION} (Disque 1.0-rc1 compatible)")
+        return 0
+    if argv and argv[0] in ("-h", "--help"):
+        print("Usage: disquette-server [/path/to/disque.conf] [--directive value ...]\n"
+              "       python -m broker [/path/to/disque.conf] [--port 7711] ...")
+        return 0
+    try:
+        config = Config.from_argv(argv, os.getcwd())
+    except ConfigError as e:
+        print(str(e), file=sys.stderr)
+        return 1
+    if config.daemonize:
+        daemonize()
+    try:
+        os.chdir(config.dir)
+    except OSError as e:
+        print(f"Can't chdir to '{config.dir}': {e.strerror}", file=sys.stderr)
+        return 1
+    setup_logging(config)
+    write_pidfile(config)
+    try:
+        import uvloop
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except ImportError:
+        pass
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    log.info("Disquette starting, pid=%d", os.getpid())
+    server = Server(config, argv)
+    try:
+        loop.run_until_complete(server.run())
+    except OSError as e:
+        log.warning("Could not start: %s", e)
+        remove_pidfile(config)
+        return 1
+    finally:
+        loop.close()
+    return 0

@@ -1,0 +1,276 @@
+"""Cluster bus wire format (no I/O).
+
+SPEC.md §8: "Full mesh over the bus. ... PING/PONG carry the sender's view and a few
+gossip entries." Every bus message, whatever its type, travels in one frame:
+
+    frame = 4-byte big-endian body length + msgpack body
+    body  = [version, type, sender, ip, port, bus_port, flags, gossip, payload]
+
+The header (everything but ``payload``) is the same for every type so a receiver
+always learns who is talking, where it can be reached (the *announced* address:
+``cluster-announce-ip``/``-port``/``-bus-port`` when set, SPEC §1) and whether it is
+leaving. ``gossip`` is a list of :class:`GossipEntry` (only PING, PONG and MEET fill
+it); ``payload`` is type specific (see the table next to the type constants) and is
+any msgpack value: str ids, ints, dicts, and ``bytes`` for job bodies (``bin`` type,
+so binary bodies and text ids never get mixed up).
+
+:class:`FrameReader` is sans-IO: the bus shell feeds it whatever bytes arrive and
+iterates the complete messages. Anything that is not a well-formed frame raises
+:class:`BusProtocolError`; the shell then closes that one link (the peer is broken or
+speaks another protocol), never the node.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+from typing import Any, Iterator, NamedTuple
+
+import msgpack
+
+__all__ = [
+    "PROTOCOL_VERSION", "DEFAULT_MAX_FRAME_SIZE", "BusProtocolError", "BusMessage",
+    "GossipEntry", "FrameReader", "encode_frame", "encode_body", "decode_body",
+    "TYPE_NAMES", "FLAG_NAMES", "flags_to_names",
+    "PING", "PONG", "MEET", "FAIL", "REPLJOB", "YOURJOBS", "GOTJOB", "ENQUEUE",
+    "NEEDJOBS", "SETACK", "GOTACK", "DELJOB", "WORKING", "WILLQUEUE", "QUEUED", "PAUSE",
+    "FLAG_MYSELF", "FLAG_PFAIL", "FLAG_FAIL", "FLAG_HANDSHAKE", "FLAG_NOADDR",
+    "FLAG_LEAVING", "FLAG_MEET", "WIRE_FLAGS",
+]
+
+#: Bumped on any incompatible change of the body layout; a peer speaking another
+#: version gets its link closed (BusProtocolError) rather than misread.
+PROTOCOL_VERSION = 1
+
+#: A frame carries at most one bus message; the biggest legitimate ones are REPLJOB /
+#: YOURJOBS with job bodies up to ``proto-max-bulk-len`` (512 MB by default, as in
+#: Redis), so the default limit leaves room for that plus the header. The shell may
+#: pass a smaller one.
+DEFAULT_MAX_FRAME_SIZE = 512 * 1024 * 1024 + 1024 * 1024
+
+_LEN = struct.Struct(">I")
+_HEX40 = re.compile(r"[0-9a-f]{40}\Z")
+
+# -- message types --------------------------------------------------------------
+# Membership / failure detection (cluster/membership.py). Payloads:
+#   PING, MEET  the node id the sender believes it is talking to (str) or None
+#   PONG        echo of the PING/MEET payload: lets the pinger finish a handshake
+#               (learn the real id behind a temporary one) or notice that another
+#               node now answers at that address, without tracking link identity
+#   FAIL        the id of the node the sender just flagged FAIL (SPEC §8)
+PING = 1
+PONG = 2
+MEET = 3
+FAIL = 4
+# Job layer (cluster/replication.py, requeue.py, acks.py, federation.py, SPEC §8);
+# payloads are defined by those modules.
+REPLJOB = 10     # job + nodes that may have it: "please hold a copy"
+GOTJOB = 11      # "I hold a copy of job id"
+YOURJOBS = 12    # federation: jobs moved to the asking node
+NEEDJOBS = 13    # federation: queue, count
+ENQUEUE = 14     # ask a holder to queue a job
+SETACK = 15      # ack GC: job id + may-have count
+GOTACK = 16      # ack GC: job id + known
+DELJOB = 17      # ack GC / FASTACK / sync timeout: delete a job
+WORKING = 18     # postpone the requeue on the other holders
+WILLQUEUE = 19   # "I will re-queue job id in 500 ms"
+QUEUED = 20      # "I queued job id" (holders that also have it queued may dequeue)
+PAUSE = 21       # PAUSE ... bcast: queue + pause state
+
+TYPE_NAMES = {
+    PING: "ping", PONG: "pong", MEET: "meet", FAIL: "fail", REPLJOB: "repljob",
+    GOTJOB: "gotjob", YOURJOBS: "yourjobs", NEEDJOBS: "needjobs",
+    ENQUEUE: "enqueue", SETACK: "setack", GOTACK: "gotack", DELJOB: "deljob",
+    WORKING: "working", WILLQUEUE: "willqueue", QUEUED: "queued", PAUSE: "pause",
+}
+
+# -- node flags -------------------------------------------------------------------
+# The same bits are used in the node table (cluster/membership.py), in the header
+# (sender flags: only LEAVING is meaningful there) and in gossip entries (the
+# sender's view of that node: PFAIL, FAIL, LEAVING, NOADDR).
+FLAG_MYSELF = 1
+FLAG_PFAIL = 2
+FLAG_FAIL = 4
+FLAG_HANDSHAKE = 8
+FLAG_NOADDR = 16
+FLAG_LEAVING = 32
+FLAG_MEET = 64       # local only: the first contact of a handshake is a MEET
+WIRE_FLAGS = FLAG_PFAIL | FLAG_FAIL | FLAG_NOADDR | FLAG_LEAVING
+
+#: CLUSTER NODES names, in the order Disque prints them.
+FLAG_NAMES = (
+    (FLAG_MYSELF, "myself"), (FLAG_PFAIL, "pfail"), (FLAG_FAIL, "fail"),
+    (FLAG_HANDSHAKE, "handshake"), (FLAG_NOADDR, "noaddr"), (FLAG_LEAVING, "leaving"),
+)
+
+
+def flags_to_names(flags: int) -> str:
+    """``myself,pfail`` style list (``noflags`` when none), as CLUSTER NODES shows."""
+    names = [name for bit, name in FLAG_NAMES if flags & bit]
+    return ",".join(names) if names else "noflags"
+
+
+class BusProtocolError(ValueError):
+    """The peer sent something that is not a valid bus frame: close that link only."""
+
+
+class GossipEntry(NamedTuple):
+    """One node as the sender sees it. Ages are in ms relative to the sender's clock
+    when it built the message (-1: no ping outstanding / never got a pong), so no
+    two nodes ever compare absolute clocks."""
+
+    node_id: str
+    ip: str
+    port: int
+    bus_port: int
+    flags: int
+    ping_sent_age: int
+    pong_received_age: int
+
+
+@dataclass(slots=True)
+class BusMessage:
+    """A decoded bus message: the common header plus a typed payload."""
+
+    type: int
+    sender: str          # 40 hex chars, the sender's node id
+    ip: str              # announced ip, "" when the sender does not know it yet
+    port: int            # client port
+    bus_port: int
+    flags: int = 0       # sender flags (FLAG_LEAVING)
+    gossip: list = ()    # list[GossipEntry]
+    payload: Any = None
+
+    @property
+    def type_name(self) -> str:
+        return TYPE_NAMES.get(self.type, str(self.type))
+
+
+def encode_body(msg: BusMessage) -> bytes:
+    """The msgpack body alone (no length prefix)."""
+    return msgpack.packb(
+        [PROTOCOL_VERSION, msg.type, msg.sender, msg.ip, msg.port, msg.bus_port,
+         msg.flags, msg.gossip, msg.payload],
+        use_bin_type=True,
+    )
+
+
+def encode_frame(msg: BusMessage, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> bytes:
+    """Length-prefixed frame for ``msg``. Encode once and write the same bytes to
+    every destination of a broadcast."""
+    body = encode_body(msg)
+    if len(body) > max_frame_size:
+        raise BusProtocolError(
+            f"bus message of {len(body)} bytes exceeds the {max_frame_size} bytes frame limit")
+    return _LEN.pack(len(body)) + body
+
+
+def _bad(what: str) -> BusProtocolError:
+    return BusProtocolError(f"invalid bus message: {what}")
+
+
+def decode_body(body) -> BusMessage:
+    """Parse one msgpack body (bytes-like) into a :class:`BusMessage`."""
+    try:
+        obj = msgpack.unpackb(body, raw=False, use_list=True, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several types (ExtraData, ValueError...)
+        raise BusProtocolError(f"invalid bus frame body: {exc}") from None
+    if type(obj) is not list or len(obj) != 9:
+        raise _bad("body is not a 9-element array")
+    version, mtype, sender, ip, port, bus_port, flags, gossip, payload = obj
+    if version != PROTOCOL_VERSION:
+        raise BusProtocolError(
+            f"unsupported bus protocol version {version!r} (this node speaks {PROTOCOL_VERSION})")
+    if type(mtype) is not int:
+        raise _bad("type is not an integer")
+    if type(sender) is not str or not _HEX40.match(sender):
+        raise _bad("sender is not a 40 hex chars node id")
+    if type(ip) is not str or len(ip) > 255:
+        raise _bad("ip is not a string")
+    if type(port) is not int or not 0 <= port <= 65535:
+        raise _bad("port out of range")
+    if type(bus_port) is not int or not 0 <= bus_port <= 65535:
+        raise _bad("bus port out of range")
+    if type(flags) is not int:
+        raise _bad("flags is not an integer")
+    if type(gossip) is not list:
+        raise _bad("gossip is not an array")
+    entries = []
+    for e in gossip:
+        if type(e) is not list or len(e) != 7:
+            raise _bad("gossip entry is not a 7-element array")
+        gid, gip, gport, gbus, gflags, gping, gpong = e
+        if (type(gid) is not str or not _HEX40.match(gid) or type(gip) is not str
+                or type(gport) is not int or type(gbus) is not int
+                or type(gflags) is not int or type(gping) is not int
+                or type(gpong) is not int):
+            raise _bad("malformed gossip entry")
+        entries.append(GossipEntry(gid, gip, gport, gbus, gflags, gping, gpong))
+    return BusMessage(mtype, sender, ip, port, bus_port, flags, entries, payload)
+
+
+class FrameReader:
+    """Sans-IO frame splitter: ``feed(data)`` then iterate the complete messages.
+
+    A length above ``max_frame_size`` (or zero) raises as soon as the 4-byte prefix
+    is in, so a hostile peer cannot make us buffer more than one limit's worth.
+    After an error the reader stays broken: the caller must drop the link.
+    """
+
+    __slots__ = ("_buf", "_pos", "max_frame_size", "_error")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self._buf = bytearray()
+        self._pos = 0
+        self.max_frame_size = max_frame_size
+        self._error: BusProtocolError | None = None
+
+    def feed(self, data) -> None:
+        if self._error is not None:
+            raise self._error
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as messages."""
+        return len(self._buf) - self._pos
+
+    def __iter__(self) -> Iterator[BusMessage]:
+        return self
+
+    def __next__(self) -> BusMessage:
+        if self._error is not None:
+            raise self._error
+        buf, pos = self._buf, self._pos
+        avail = len(buf) - pos
+        if avail < 4:
+            self._compact()
+            raise StopIteration
+        (n,) = _LEN.unpack_from(buf, pos)
+        if n == 0 or n > self.max_frame_size:
+            self._error = BusProtocolError(
+                f"bus frame length {n} outside 1..{self.max_frame_size}")
+            raise self._error
+        if avail - 4 < n:
+            self._compact()
+            raise StopIteration
+        start = pos + 4
+        with memoryview(buf) as mv:
+            view = mv[start:start + n]
+            try:
+                msg = decode_body(view)
+            except BusProtocolError as exc:
+                self._error = exc
+                raise
+            finally:
+                view.release()
+        self._pos = start + n
+        return msg
+
+    def _compact(self) -> None:
+        # Drop consumed bytes once in a while instead of after every frame: slicing
+        # the front of a bytearray is O(remaining).
+        if self._pos:
+            del self._buf[:self._pos]
+            self._pos = 0

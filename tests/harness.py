@@ -1,0 +1,779 @@
+"""Integration-test harness: real broker processes on loopback, real clients.
+
+Everything here talks to nodes the way a user would: a subprocess started with
+``python -m broker``, TCP on 127.0.0.1, redis-py (RESP2 and RESP3), a raw socket
+for byte-exact checks, ``redis-cli`` and pydisque (in its own venv, because it
+needs redis<5).  No mocks, no fixed sleeps: readiness and conditions are polled
+with deadlines.
+
+Typical use (through the fixtures in ``conftest.py``)::
+
+    def test_ping(node):
+        assert node.client().ping()
+        assert node.raw().call("PING") == b"+PONG\\r\\n"
+        assert node.cli("PING") == "PONG\\n"
+
+    def test_two(node_factory, wait_until):
+        a, b = node_factory(), node_factory("--appendonly", "yes")
+        ...
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence, TypeVar
+
+import pytest
+import redis
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PYDISQUE_PYTHON = REPO_ROOT / ".venv-pydisque" / "bin" / "python"
+HOST = "127.0.0.1"
+BUS_PORT_OFFSET = 10000
+START_TIMEOUT = 10.0
+LOG_NAME = "stdout.log"
+
+T = TypeVar("T")
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+# ---------------------------------------------------------------------------
+# polling helper
+# ---------------------------------------------------------------------------
+
+def wait_until(
+    predicate: Callable[[], T],
+    timeout: float = 10.0,
+    interval: float = 0.01,
+    message: str | Callable[[], str] | None = None,
+    ignore: type[BaseException] | tuple[type[BaseException], ...] = (),
+) -> T:
+    """Call ``predicate`` until it returns something truthy; return that value.
+
+    Raises AssertionError after ``timeout`` seconds.  Exceptions listed in
+    ``ignore`` count as "not yet" (the last one is chained to the failure).
+    """
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except ignore as exc:  # type: ignore[misc]
+            last_exc = exc
+        if time.monotonic() >= deadline:
+            msg = message() if callable(message) else message
+            name = getattr(predicate, "__name__", repr(predicate))
+            text = f"condition not met within {timeout}s: {msg or name}"
+            if last_exc is not None:
+                raise AssertionError(f"{text} (last error: {last_exc!r})") from last_exc
+            raise AssertionError(text)
+        time.sleep(interval)
+
+
+# ---------------------------------------------------------------------------
+# ports
+# ---------------------------------------------------------------------------
+
+_handed_out: set[int] = set()
+
+
+def _can_bind(port: int, host: str = HOST) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # Same option asyncio/redis set on their listeners, so a port in
+        # TIME_WAIT from an earlier test is still considered usable.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = HOST, bus_offset: int = BUS_PORT_OFFSET) -> int:
+    """A loopback port that is free now and whose cluster-bus port
+    (``port + bus_offset``) is free too.  Never returns the same port twice in
+    one process."""
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port in _handed_out or port + bus_offset > 65535:
+            continue
+        if bus_offset and not _can_bind(port + bus_offset, host):
+            continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError("could not find a free port pair")
+
+
+# ---------------------------------------------------------------------------
+# raw RESP connection (byte-exact checks)
+# ---------------------------------------------------------------------------
+
+def encode_command(*args: Any) -> bytes:
+    """RESP array of bulk strings, as clients send commands."""
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        if isinstance(a, str):
+            a = a.encode()
+        elif isinstance(a, int):
+            a = str(a).encode()
+        elif not isinstance(a, (bytes, bytearray, memoryview)):
+            raise TypeError(f"cannot encode {type(a).__name__}")
+        a = bytes(a)
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+_LINE_TYPES = b"+-:_#,("  # simple string, error, int, null, bool, double, big number
+_BULK_TYPES = b"$!="  # bulk string, bulk error, verbatim string
+_AGGR_TYPES = b"*~>"  # array, set, push
+_PAIR_TYPES = b"%|"  # map, attribute
+
+
+def resp_frame_end(buf: bytes, pos: int = 0) -> int | None:
+    """Offset just past the RESP2/RESP3 reply starting at ``pos``, or None if
+    ``buf`` does not hold a complete reply yet.  Raises ValueError on bytes
+    that are not RESP."""
+    if pos >= len(buf):
+        return None
+    nl = buf.find(b"\r\n", pos)
+    if nl < 0:
+        return None
+    kind = buf[pos:pos + 1]
+    head = buf[pos + 1:nl]
+    after = nl + 2
+    if kind[0] in _LINE_TYPES:
+        return after
+    if kind[0] in _BULK_TYPES:
+        n = int(head)
+        if n < 0:
+            return after
+        end = after + n + 2
+        return end if len(buf) >= end else None
+    if kind[0] in _AGGR_TYPES or kind[0] in _PAIR_TYPES:
+        n = int(head)
+        if n < 0:
+            return after
+        if kind[0] in _PAIR_TYPES:
+            n *= 2
+        p = after
+        for _ in range(n):
+            p = resp_frame_end(buf, p)
+            if p is None:
+                return None
+        if kind == b"|":  # an attribute is followed by the actual reply
+            return resp_frame_end(buf, p)
+        return p
+    raise ValueError(f"not a RESP reply at offset {pos}: {buf[pos:pos + 40]!r}")
+
+
+class RawConn:
+    """A plain TCP socket to a node: send exact bytes, read exact replies."""
+
+    def __init__(self, host: str, port: int, timeout: float = 10.0):
+        self.host, self.port, self.timeout = host, port, timeout
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+        self.eof = False
+
+    # -- sending
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def call(self, *args: Any) -> bytes:
+        """Send one command as a RESP array; return the raw bytes of its reply."""
+        self.send(encode_command(*args))
+        return self.read_reply()
+
+    def request(self, data: bytes) -> bytes:
+        """Send ``data`` verbatim (e.g. an inline command); return one raw reply."""
+        self.send(data)
+        return self.read_reply()
+
+    # -- receiving
+    def _fill(self, deadline: float) -> bool:
+        left = deadline - time.monotonic()
+        if left <= 0 or self.eof:
+            return False
+        self.sock.settimeout(left)
+        try:
+            chunk = self.sock.recv(65536)
+        except socket.timeout:
+            return False
+        except ConnectionResetError:
+            chunk = b""
+        if not chunk:
+            self.eof = True
+            return False
+        self.buf += chunk
+        return True
+
+    def read_reply(self, timeout: float | None = None) -> bytes:
+        """Bytes of exactly one complete reply (RESP2 or RESP3)."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            end = resp_frame_end(self.buf)
+            if end is not None:
+                reply, self.buf = self.buf[:end], self.buf[end:]
+                return reply
+            if not self._fill(deadline):
+                state = "connection closed" if self.eof else "timed out"
+                raise TimeoutError(f"{state} waiting for a reply; have {self.buf[:200]!r}")
+
+    def read_replies(self, n: int, timeout: float | None = None) -> list[bytes]:
+        return [self.read_reply(timeout) for _ in range(n)]
+
+    def read_available(self, timeout: float = 0.2) -> bytes:
+        """Whatever arrives within ``timeout`` seconds (or until EOF)."""
+        deadline = time.monotonic() + timeout
+        while self._fill(deadline):
+            pass
+        data, self.buf = self.buf, b""
+        return data
+
+    def read_until_closed(self, timeout: float | None = None) -> bytes:
+        """Everything until the peer closes; TimeoutError if it does not."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while not self.eof:
+            if not self._fill(deadline) and not self.eof:
+                raise TimeoutError(f"peer did not close; have {self.buf[:200]!r}")
+        data, self.buf = self.buf, b""
+        return data
+
+    def is_closed(self, timeout: float = 2.0) -> bool:
+        """True if the peer closes the connection within ``timeout`` seconds."""
+        try:
+            self.read_until_closed(timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    def __enter__(self) -> "RawConn":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------
+# node processes
+# ---------------------------------------------------------------------------
+
+class NodeStartError(RuntimeError):
+    pass
+
+
+_live: set["NodeProcess"] = set()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for n in list(_live):
+        with contextlib.suppress(Exception):
+            n.kill()
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the test run
+    except Exception:
+        pass
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    parts = line.split()
+                    if parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(parts[9])
+        except OSError:
+            continue
+    return inodes
+
+
+def _pid_listens_on(pid: int, port: int) -> bool | None:
+    """True/False if /proc can tell whether ``pid`` owns the listener on
+    ``port``; None if it cannot tell (no /proc)."""
+    if not os.path.exists("/proc/net/tcp"):
+        return None
+    wanted = {f"socket:[{i}]" for i in _listening_inodes(port)}
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
+                return True
+    return False
+
+
+def _directive_args(directives: dict[str, Any]) -> list[str]:
+    """``appendonly="yes", cluster_node_timeout=2000`` ->
+    ``["--appendonly", "yes", "--cluster-node-timeout", "2000"]``."""
+    out: list[str] = []
+    for key, value in directives.items():
+        out.append("--" + key.replace("_", "-"))
+        if isinstance(value, bool):
+            value = "yes" if value else "no"
+        out.extend(str(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
+    return out
+
+
+class NodeProcess:
+    """One node as a real subprocess:
+    ``<cmd> --port P --dir D [args ...]``, stdout+stderr appended to ``D/stdout.log``.
+
+    ``cmd`` defaults to ``[sys.executable, "-m", "broker"]``; pass e.g.
+    ``["redis-server"]`` to run something else with the same conventions.
+    If ``port`` is None a free one is picked (and re-picked, up to 3 times, if
+    another process grabs it before the node binds).
+    """
+
+    def __init__(
+        self,
+        dir: str | os.PathLike[str],
+        port: int | None = None,
+        args: Sequence[str] = (),
+        *,
+        cmd: Sequence[str] | None = None,
+        host: str = HOST,
+        env: dict[str, str] | None = None,
+        start_timeout: float = START_TIMEOUT,
+        check_owner: bool = True,
+    ):
+        self.dir = Path(dir).resolve()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._auto_port = port is None
+        self.port = free_port(host) if port is None else port
+        self.host = host
+        self.args = [str(a) for a in args]
+        self.cmd = list(cmd) if cmd is not None else [sys.executable, "-m", "broker"]
+        self.extra_env = dict(env or {})
+        self.start_timeout = start_timeout
+        self.check_owner = check_owner
+        self.log_path = self.dir / LOG_NAME
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._clients: list[Any] = []
+        self._raws: list[RawConn] = []
+
+    # -- identity
+    @property
+    def addr(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def bus_port(self) -> int:
+        return self.port + BUS_PORT_OFFSET
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.poll() if self.proc else None
+
+    def argv(self) -> list[str]:
+        return [*self.cmd, "--port", str(self.port), "--dir", str(self.dir), *self.args]
+
+    def __repr__(self) -> str:
+        state = "running" if self.is_alive() else f"exited {self.returncode}"
+        return f"<NodeProcess {self.addr} {state} dir={self.dir}>"
+
+    # -- lifecycle
+    def start(self) -> "NodeProcess":
+        if self.is_alive():
+            raise RuntimeError(f"{self!r} is already running")
+        attempts = 3 if self._auto_port else 1
+        for attempt in range(attempts):
+            try:
+                self._spawn_and_wait()
+                return self
+            except NodeStartError as exc:
+                port_taken = "address already in use" in self.log_tail(30).lower() or getattr(
+                    exc, "port_taken", False
+                )
+                if not (port_taken and attempt + 1 < attempts):
+                    raise
+                self.port = free_port(self.host)
+        raise AssertionError("unreachable")
+
+    def _spawn_and_wait(self) -> None:
+        env = os.environ.copy()
+        env.update(
+            PYTHONUNBUFFERED="1",
+            PYTHONFAULTHANDLER="1",
+            PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p),
+        )
+        env.update(self.extra_env)
+        argv = self.argv()
+        with open(self.log_path, "ab") as log:
+            log.write(f"=== harness: starting {' '.join(argv)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                argv,
+                cwd=self.dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
+        _live.add(self)
+        try:
+            self.wait_ready(self.start_timeout)
+        except BaseException:
+            self.kill()
+            raise
+
+    def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
+        """Poll a raw socket until this node answers PING (``-LOADING`` means
+        not yet); raise NodeStartError with the log tail if the process dies
+        or the deadline passes."""
+        deadline = time.monotonic() + timeout
+        last = "no answer"
+        while True:
+            if self.proc is None or self.proc.poll() is not None:
+                code = self.proc.returncode if self.proc else None
+                raise NodeStartError(
+                    f"node {self.addr} exited with code {code} during start-up\n"
+                    f"--- {self.log_path} (tail) ---\n{self.log_tail()}"
+                )
+            reply = self._probe()
+            if reply is not None:
+                last = repr(reply)
+                if reply.startswith(b"+PONG") or reply.startswith(b"-NOAUTH"):
+                    owner = _pid_listens_on(self.proc.pid, self.port) if self.check_owner else True
+                    if owner is not False:
+                        return
+                    last = f"{reply!r} from a process that is not ours"
+            if time.monotonic() >= deadline:
+                err = NodeStartError(
+                    f"node {self.addr} did not answer PING within {timeout}s (last: {last})\n"
+                    f"--- {self.log_path} (tail) ---\n{self.log_tail()}"
+                )
+                err.port_taken = "not ours" in last  # type: ignore[attr-defined]
+                raise err
+            time.sleep(0.02)
+
+    def _probe(self) -> bytes | None:
+        try:
+            with socket.create_connection((self.host, self.port), timeout=0.5) as s:
+                s.settimeout(1.0)
+                s.sendall(b"*1\r\n$4\r\nPING\r\n")
+                data = b""
+                while b"\r\n" not in data:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                return data or None
+        except OSError:
+            return None
+
+    def is_alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _close_clients(self) -> None:
+        for c in self._clients:
+            with contextlib.suppress(Exception):
+                c.close()
+        for r in self._raws:
+            r.close()
+        self._clients.clear()
+        self._raws.clear()
+
+    def kill(self) -> int | None:
+        """SIGKILL and reap. Returns the exit code (None if never started)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGKILL)
+        code = self.proc.wait()
+        _live.discard(self)
+        return code
+
+    def terminate(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM and wait for a clean exit; raises TimeoutError (after
+        SIGKILLing it) if the node does not stop within ``timeout``."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise TimeoutError(
+                    f"node {self.addr} ignored SIGTERM for {timeout}s\n{self.log_tail()}"
+                ) from None
+        _live.discard(self)
+        return self.proc.returncode
+
+    def wait_exit(self, timeout: float = 10.0) -> int:
+        """Wait for the process to exit on its own (e.g. after SHUTDOWN)."""
+        assert self.proc is not None
+        code = self.proc.wait(timeout)
+        _live.discard(self)
+        return code
+
+    def restart(self, kill: bool = False) -> "NodeProcess":
+        """Stop (SIGTERM, or SIGKILL with ``kill=True``) and start again on the
+        same port and dir."""
+        self._close_clients()
+        if kill:
+            self.kill()
+        else:
+            self.terminate()
+        self._auto_port = False  # keep the address peers know
+        return self.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Teardown: close clients, SIGTERM, SIGKILL if needed. Never raises."""
+        self._close_clients()
+        try:
+            self.terminate(timeout)
+        except Exception:
+            with contextlib.suppress(Exception):
+                self.kill()
+
+    # -- clients
+    def client(self, protocol: int = 3, **kwargs: Any) -> redis.Redis:
+        """redis-py client (RESP3 by default), bytes replies."""
+        kwargs.setdefault("socket_connect_timeout", 5)
+        kwargs.setdefault("socket_timeout", 60)
+        c = redis.Redis(
+            host=self.host, port=self.port, protocol=protocol, decode_responses=False, **kwargs
+        )
+        self._clients.append(c)
+        return c
+
+    def aclient(self, protocol: int = 3, **kwargs: Any) -> Any:
+        """redis.asyncio client; close it (``await c.aclose()``) in the test."""
+        import redis.asyncio
+
+        kwargs.setdefault("socket_connect_timeout", 5)
+        kwargs.setdefault("socket_timeout", 60)
+        return redis.asyncio.Redis(
+            host=self.host, port=self.port, protocol=protocol, decode_responses=False, **kwargs
+        )
+
+    def raw(self, timeout: float = 10.0) -> RawConn:
+        r = RawConn(self.host, self.port, timeout=timeout)
+        self._raws.append(r)
+        return r
+
+    def cli(
+        self,
+        *args: Any,
+        input: str | bytes | None = None,
+        check: bool = True,
+        timeout: float = 30,
+        binary: bool = False,
+    ) -> Any:
+        """Run ``redis-cli -h HOST -p PORT args...``; return its stdout (str,
+        undecodable bytes replaced; raw bytes with ``binary=True``)."""
+        exe = shutil.which("redis-cli")
+        if exe is None:
+            raise RuntimeError("redis-cli not found: run `make deps` (Debian package redis-tools)")
+        res = subprocess.run(
+            [exe, "-h", self.host, "-p", str(self.port), *map(str, args)],
+            input=input.encode() if isinstance(input, str) else input,
+            capture_output=True,
+            timeout=timeout,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
+        if check and res.returncode != 0:
+            raise RuntimeError(
+                f"redis-cli {' '.join(map(str, args))} exited {res.returncode}: "
+                f"{res.stderr.decode(errors='replace').strip()}"
+            )
+        return res.stdout if binary else res.stdout.decode(errors="replace")
+
+    # -- logs
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log().splitlines()[-lines:])
+
+    def __enter__(self) -> "NodeProcess":
+        if not self.is_alive():
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class NodeFactory:
+    """Starts nodes in ``base_dir/node<i>``; ``stop_all()`` cleans up.
+
+    ``factory(*args, port=None, cmd=None, **directives)`` -> started NodeProcess;
+    directives are written as ``--name value`` with ``_`` -> ``-``.
+    """
+
+    def __init__(self, base_dir: str | os.PathLike[str], cmd: Sequence[str] | None = None):
+        self.base_dir = Path(base_dir)
+        self.cmd = cmd
+        self.nodes: list[NodeProcess] = []
+
+    def __call__(
+        self,
+        *args: Any,
+        port: int | None = None,
+        dir: str | os.PathLike[str] | None = None,
+        cmd: Sequence[str] | None = None,
+        env: dict[str, str] | None = None,
+        start: bool = True,
+        **directives: Any,
+    ) -> NodeProcess:
+        d = Path(dir) if dir is not None else self.base_dir / f"node{len(self.nodes)}"
+        n = NodeProcess(
+            d,
+            port,
+            [*map(str, args), *_directive_args(directives)],
+            cmd=cmd if cmd is not None else self.cmd,
+            env=env,
+        )
+        self.nodes.append(n)
+        return n.start() if start else n
+
+    def cluster(self, size: int, *args: Any, timeout: float = 20.0, **directives: Any) -> list[NodeProcess]:
+        """Start ``size`` nodes, CLUSTER MEET them, wait until all see each other."""
+        nodes = [self(*args, **directives) for _ in range(size)]
+        join(nodes, timeout=timeout)
+        return nodes
+
+    def stop_all(self) -> None:
+        for n in reversed(self.nodes):
+            n.stop()
+
+
+def cluster_info(n: NodeProcess) -> dict[str, str]:
+    with RawConn(n.host, n.port) as r:
+        text = r.call("CLUSTER", "INFO")
+    body = text.split(b"\r\n", 1)[1] if text[:1] in (b"$", b"=") else text
+    if text[:1] == b"=":
+        body = body[4:]  # RESP3 verbatim string: "txt:" prefix
+    out: dict[str, str] = {}
+    for line in body.decode(errors="replace").splitlines():
+        if ":" in line:
+            k, v = line.split(":", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def join(nodes: Sequence[NodeProcess], timeout: float = 20.0) -> None:
+    """MEET every node with the first one and wait until each knows all of them
+    and reaches all the others."""
+    first, *rest = nodes
+    for n in rest:
+        with RawConn(n.host, n.port) as r:
+            reply = r.call("CLUSTER", "MEET", first.host, first.port)
+        assert reply.startswith(b"+"), f"CLUSTER MEET on {n.addr}: {reply!r}"
+
+    def everyone_sees_everyone() -> bool:
+        for n in nodes:
+            info = cluster_info(n)
+            if info.get("cluster_known_nodes") != str(len(nodes)):
+                return False
+            if info.get("cluster_reachable_nodes") != str(len(nodes) - 1):
+                return False
+        return True
+
+    wait_until(everyone_sees_everyone, timeout=timeout, interval=0.05,
+               message=lambda: "; ".join(f"{n.addr}: {cluster_info(n)}" for n in nodes))
+
+
+# ---------------------------------------------------------------------------
+# pydisque (redis<5) in its own venv
+# ---------------------------------------------------------------------------
+
+_PYDISQUE_PRELUDE = """\
+import sys
+HOST = sys.argv[1]
+PORT = int(sys.argv[2])
+ADDR = f"{HOST}:{PORT}"
+"""
+
+
+def pydisque_run(code: str, port: int, host: str = HOST, timeout: float = 60.0) -> str:
+    """Run ``code`` with ``.venv-pydisque/bin/python``; return its stdout.
+
+    The snippet sees ``HOST``, ``PORT`` and ``ADDR`` ("host:port"), e.g.
+    ``Client([ADDR])``.  Fails the test on a non-zero exit (stderr included).
+    A missing venv skips the test locally but fails it under CI.
+    """
+    if not PYDISQUE_PYTHON.exists():
+        msg = ".venv-pydisque is missing: run `make pydisque-venv` (or `make test`)"
+        if in_ci():
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
+    script = _PYDISQUE_PRELUDE + textwrap.dedent(code)
+    res = subprocess.run(
+        [str(PYDISQUE_PYTHON), "-I", "-c", script, host, str(port)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    if res.returncode != 0:
+        pytest.fail(
+            f"pydisque snippet exited {res.returncode}\n--- stdout ---\n{res.stdout}"
+            f"\n--- stderr ---\n{res.stderr}",
+            pytrace=False,
+        )
+    return res.stdout
+
+
+__all__ = [
+    "HOST",
+    "REPO_ROOT",
+    "NodeFactory",
+    "NodeProcess",
+    "NodeStartError",
+    "RawConn",
+    "cluster_info",
+    "encode_command",
+    "free_port",
+    "in_ci",
+    "join",
+    "pydisque_run",
+    "resp_frame_end",
+    "wait_until",
+]
