@@ -129,6 +129,8 @@ class Node:
         if client.monitor:
             self.monitors.remove(client)
             client.monitor = False
+        if self.cluster is not None:
+            self.cluster.client_closed(client)
         self.clients.pop(client.id, None)
 
     # ----------------------------------------------------------------- commands
@@ -336,6 +338,8 @@ class Node:
             self.dequeue_job(job)
         job.state = ACKED
         job.qtime = self.clock()    # for an acked job: next GC attempt
+        job.nodes_confirmed = None  # from now on: holders that confirmed the ack
+        job.gc_retry = 0
 
     def try_job_gc(self, job: Job) -> None:
         """Delete an acked job once every holder knows (SPEC section 8). A job only

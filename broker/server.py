@@ -17,6 +17,10 @@ import time
 
 from broker.config import Config, ConfigError
 from broker.node import BLOCKED, Host, Node
+from cluster.bus import ClusterBus
+from cluster.cluster import Cluster
+from cluster.membership import DropLink, Membership, SaveConfig, Send
+from protocol.bus import BusProtocolError, encode_frame
 from protocol.resp import Error, ProtocolError, Reader, encode
 
 log = logging.getLogger("broker.server")
@@ -216,8 +220,12 @@ class Server:
         self.argv = argv
         self.loop = asyncio.get_event_loop()
         self.host = ServerHost(self)
-        self.node = Node(config, wall_ms, random.Random(int.from_bytes(os.urandom(16), "big")),
-                         self.host, perf_us=perf_us)
+        rng = random.Random(int.from_bytes(os.urandom(16), "big"))
+        membership = load_membership(config, rng)
+        self.node = Node(config, wall_ms, rng, self.host, node_id=membership.node_id,
+                         perf_us=perf_us)
+        self.cluster = Cluster(self.node, membership)
+        self.bus = None
         self.listeners = []
         self.timer = None
         self.timer_at = None
@@ -233,6 +241,8 @@ class Server:
             for client, reply in outbox:
                 if client.conn is not None:
                     client.conn.deliver(reply)
+        if self.cluster.out:
+            self.apply_cluster_outputs(self.cluster.drain())
         deadline = node.next_deadline()
         if self.timer_at is None or deadline < self.timer_at:
             if self.timer is not None:
@@ -247,9 +257,47 @@ class Server:
         self.node.tick()
         self.after_event()
 
+    # -- cluster bus --------------------------------------------------------
+    def apply_cluster_outputs(self, outputs) -> None:
+        frames = {}     # a broadcast is encoded once
+        for out in outputs:
+            if isinstance(out, Send):
+                frame = frames.get(id(out.msg))
+                if frame is None:
+                    try:
+                        frame = frames[id(out.msg)] = encode_frame(out.msg)
+                    except BusProtocolError as e:
+                        log.warning("Not sending %s: %s", out.msg.type_name, e)
+                        continue
+                if self.bus is not None:
+                    self.bus.send(out.node_id, out.ip, out.bus_port, frame)
+            elif isinstance(out, DropLink):
+                if self.bus is not None:
+                    self.bus.drop_link(out.node_id, out.forget)
+            elif isinstance(out, SaveConfig):
+                save_nodes_conf(self.config, out.text)
+
+    def on_bus_message(self, link, msg) -> None:
+        self.cluster.handle_message(link, msg, wall_ms())
+        self.after_event()
+
+    def on_link_up(self, node_id: str) -> None:
+        self.cluster.link_up(node_id, wall_ms())
+        self.after_event()
+
+    def on_link_down(self, node_id: str) -> None:
+        self.cluster.link_down(node_id, wall_ms())
+        self.after_event()
+
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
+        self.bus = ClusterBus(self.on_bus_message, host=cfg.bind or ["127.0.0.1"],
+                              port=cfg.effective_bus_port, on_link_up=self.on_link_up,
+                              on_link_down=self.on_link_down,
+                              max_frame_size=cfg.proto_max_bulk_len + (1 << 20))
+        await self.bus.start()
+        save_nodes_conf(cfg, self.cluster.m.to_nodes_conf())
         for addr in cfg.bind or ["127.0.0.1"]:
             srv = await self.loop.create_server(
                 lambda: ClientConnection(self), host=addr, port=cfg.port,
@@ -278,6 +326,9 @@ class Server:
                 client.conn.close()
         if self.node.aof is not None:
             self.node.aof.shutdown(self.shutdown_mode)
+        save_nodes_conf(self.config, self.cluster.m.to_nodes_conf())
+        if self.bus is not None:
+            await self.bus.close()
         if self.timer is not None:
             self.timer.cancel()
         remove_pidfile(self.config)
@@ -293,6 +344,47 @@ class Server:
     def config_changed(self, name: str) -> None:
         if name == "loglevel":
             logging.getLogger().setLevel(LOGLEVELS[self.config.loglevel])
+        elif name == "cluster-node-timeout":
+            self.cluster.m.node_timeout = self.config.cluster_node_timeout
+        elif name.startswith("cluster-announce"):
+            self.cluster._collect(self.cluster.m.set_address(*announced_address(self.config)))
+
+
+# ----------------------------------------------------------------- nodes.conf
+def announced_address(config: Config) -> tuple[str, int, int]:
+    """(ip, port, bus port) peers are told: the announce directives when set."""
+    ip = config.cluster_announce_ip
+    if not ip and config.bind and config.bind[0] not in ("0.0.0.0", "::", "*"):
+        ip = config.bind[0]
+    return (ip or "", config.cluster_announce_port or config.port,
+            config.cluster_announce_bus_port or config.effective_bus_port)
+
+
+def load_membership(config: Config, rng: random.Random) -> Membership:
+    """The saved node table (same id, same peers) or a fresh one with a new id."""
+    ip, port, bus_port = announced_address(config)
+    try:
+        with open(config.cluster_config_file, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        text = None
+    if text and text.strip():
+        return Membership.from_nodes_conf(text, ip=ip, port=port, bus_port=bus_port, rng=rng,
+                                          node_timeout=config.cluster_node_timeout,
+                                          now=wall_ms())
+    return Membership("%040x" % rng.getrandbits(160), ip, port, bus_port,
+                      node_timeout=config.cluster_node_timeout, rng=rng, now=wall_ms())
+
+
+def save_nodes_conf(config: Config, text: str) -> None:
+    path = config.cluster_config_file
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        log.warning("Could not save %s: %s", path, e)
 
 
 # ---------------------------------------------------------------------- logging

@@ -2,5 +2,5 @@
 broker/node.py imports this last, since the families import the Node module."""
 
 from broker.commands import (  # noqa: F401
-    connection, getjob, jobs, queues, scan, server, states,
+    cluster, connection, getjob, jobs, queues, scan, server, states,
 )

@@ -1,0 +1,72 @@
+"""CLUSTER MEET | NODES | MYID | INFO | FORGET | RESET | LEAVING | SAVECONFIG."""
+
+from __future__ import annotations
+
+from broker.commands import F_ADMIN, SYNTAX_ERROR, CommandError, command, parse_int
+from cluster.membership import MembershipError
+from protocol.resp import OK, Error, Status
+
+BUS_PORT_OFFSET = 10000
+
+
+def _cluster(node):
+    if node.cluster is None:
+        raise CommandError("ERR This node is not running the cluster bus")
+    return node.cluster
+
+
+@command("cluster", -2, F_ADMIN)
+def cluster_cmd(node, client, argv):
+    """CLUSTER MEET ip port [bus-port] | NODES | MYID | INFO | FORGET id |
+    RESET [SOFT|HARD] | LEAVING [yes|no] | SAVECONFIG"""
+    c = _cluster(node)
+    m = c.m
+    sub = argv[1].lower()
+    n = len(argv)
+    now = node.clock()
+    try:
+        if sub == b"meet" and n in (4, 5):
+            port = parse_int(argv[3], "ERR Invalid TCP port specified")
+            bus = parse_int(argv[4], "ERR Invalid bus port specified") if n == 5 \
+                else port + BUS_PORT_OFFSET
+            if not 0 < port < 65536 or not 0 < bus < 65536:
+                raise CommandError(f"ERR Invalid node address specified: "
+                                   f"{argv[2].decode('latin-1')}:{port}")
+            c._collect(m.meet(argv[2].decode("latin-1"), bus, now))
+            return OK
+        if sub == b"nodes" and n == 2:
+            return ("\n".join(m.nodes_lines()) + "\n").encode()
+        if sub == b"myid" and n == 2:
+            return m.node_id.encode()
+        if sub == b"info" and n == 2:
+            info = m.cluster_info()
+            return "".join(f"{k}:{v}\r\n" for k, v in info.items()).encode()
+        if sub == b"forget" and n == 3:
+            c._collect(m.forget(argv[2].decode("latin-1"), now))
+            return OK
+        if sub == b"reset" and n in (2, 3):
+            mode = argv[2].lower() if n == 3 else b"soft"
+            if mode not in (b"soft", b"hard"):
+                raise CommandError(SYNTAX_ERROR)
+            hard = mode == b"hard"
+            if hard:
+                node.flushall()
+            c._collect(m.reset(hard, now=now))
+            node.myself_id = m.node_id
+            return OK
+        if sub == b"leaving" and n in (2, 3):
+            if n == 2:
+                return Status("yes" if node.leaving else "no")
+            value = argv[2].lower()
+            if value not in (b"yes", b"no"):
+                raise CommandError(SYNTAX_ERROR)
+            node.leaving = value == b"yes"
+            c._collect(m.set_leaving(node.leaving, now))
+            return OK
+        if sub == b"saveconfig" and n == 2:
+            c.out.append(c.save_config())
+            return OK
+    except MembershipError as e:
+        return Error(f"ERR {e}")
+    raise CommandError(f"ERR unknown subcommand or wrong number of arguments for "
+                       f"'{argv[1].decode('latin-1')}'. Try CLUSTER HELP.")

@@ -1,0 +1,138 @@
+"""Acknowledgement garbage collection: SETACK / GOTACK / DELJOB, dummy acks and
+FASTACK (SPEC section 8).
+
+ACKJOB marks the job acked and sends SETACK(may-have) to the holders that have not
+confirmed; each answers GOTACK(known). Once every holder confirmed, DELJOB goes to
+all of them and the job is deleted. Attempts repeat with exponential backoff
+(1 s doubling, capped near 3 min, with jitter) until done, so an ack given during
+a partition reaches the other side after it heals. Every holder that learns the
+ack runs the same GC later, so the collection survives the node that started it.
+
+An ACKJOB for an id we never held creates a dummy ack (at-least-once ids only):
+it SETACKs every node until a real holder confirms (that holder then collects),
+or every node answered that it does not know the job.
+"""
+
+from __future__ import annotations
+
+from broker.job import (
+    ACKED, FLAG_DUMMY_ACK, Job, id_is_at_least_once, ttl_from_id,
+)
+from protocol import bus as B
+
+GC_FIRST_MS = 1000
+GC_MAX_MS = 180_000
+
+
+def _schedule_next_attempt(node, job, now: int) -> None:
+    backoff = min(GC_FIRST_MS << min(job.gc_retry, 20), GC_MAX_MS)
+    job.gc_retry += 1
+    job.qtime = now + backoff + node.rng.randint(0, backoff // 4)
+    if node.is_registered(job):
+        node.schedule_job(job)
+
+
+def _other_nodes(cluster) -> list:
+    me = cluster.myself_id
+    return [n for n in cluster.m.known_ids() if n != me]
+
+
+def try_job_gc(cluster, job, now: int) -> None:
+    node = cluster.node
+    if job.state != ACKED:
+        return
+    if job.flags & FLAG_DUMMY_ACK:
+        unknown = cluster.dummy_acks.setdefault(job.id, set())
+        targets = [n for n in _other_nodes(cluster) if n not in unknown]
+        if not targets:
+            _drop_dummy(cluster, job)
+            return
+        cluster.send_many(targets, B.SETACK, [job.id, 0])
+        _schedule_next_attempt(node, job, now)
+        return
+    others = cluster.others_of(job)
+    confirmed = job.nodes_confirmed or ()
+    missing = [n for n in others if n not in confirmed]
+    if not missing:
+        cluster.send_many(others, B.DELJOB, job.id)
+        node.unregister_job(job)
+        return
+    cluster.send_many(missing, B.SETACK, [job.id, len(job.nodes_delivered)])
+    _schedule_next_attempt(node, job, now)
+
+
+def _drop_dummy(cluster, job) -> None:
+    cluster.dummy_acks.pop(job.id, None)
+    cluster.node.unregister_job(job)
+
+
+def ack_unknown_job(cluster, jid: bytes) -> None:
+    """ACKJOB of an id we do not hold: remember the ack and spread it."""
+    node = cluster.node
+    if len(cluster.m.known_ids()) <= 1 or node.leaving or not id_is_at_least_once(jid):
+        return
+    now = node.clock()
+    job = Job(jid, b"", b"", ACKED, 0, now + max(ttl_from_id(jid), 60) * 1000,
+              node.new_ctime(now), 0, 0)
+    job.flags |= FLAG_DUMMY_ACK
+    job.qtime = now
+    node.register_job(job)
+    try_job_gc(cluster, job, now)
+
+
+def on_setack(cluster, sender: str, payload, now: int) -> None:
+    jid, may_have = bytes(payload[0]), payload[1]
+    node = cluster.node
+    job = node.get_job(jid)
+    if job is None:
+        cluster.send(sender, B.GOTACK, [jid, 0])
+        return
+    dummy = bool(job.flags & FLAG_DUMMY_ACK)
+    if job.state != ACKED:
+        node.ack_job(job)
+        # The sender collects; we take over only if it does not finish.
+        job.qtime = now + GC_FIRST_MS
+        node.schedule_job(job)
+    cluster.send(sender, B.GOTACK, [jid, 0 if dummy else 1])
+    if not dummy and len(job.nodes_delivered or ()) > may_have:
+        # We know holders the sender does not (or it holds a dummy ack): collect now.
+        try_job_gc(cluster, job, now)
+
+
+def on_gotack(cluster, sender: str, payload, now: int) -> None:
+    jid, known = bytes(payload[0]), payload[1]
+    node = cluster.node
+    job = node.get_job(jid)
+    if job is None or job.state != ACKED:
+        return
+    if job.flags & FLAG_DUMMY_ACK:
+        if known:
+            _drop_dummy(cluster, job)   # a real holder has the ack and collects
+        else:
+            unknown = cluster.dummy_acks.setdefault(jid, set())
+            unknown.add(sender)
+            if all(n in unknown for n in _other_nodes(cluster)):
+                _drop_dummy(cluster, job)
+        return
+    # "Not known" from a listed holder: nothing to collect there either.
+    if job.nodes_confirmed is None:
+        job.nodes_confirmed = set()
+    job.nodes_confirmed.add(sender)
+    others = cluster.others_of(job)
+    if all(n in job.nodes_confirmed for n in others):
+        cluster.send_many(others, B.DELJOB, jid)
+        node.unregister_job(job)
+
+
+def on_deljob(cluster, sender: str, jid, now: int) -> None:
+    node = cluster.node
+    job = node.get_job(bytes(jid))
+    if job is not None:
+        cluster.dummy_acks.pop(job.id, None)
+        node.unregister_job(job)
+
+
+def fastack(cluster, jid: bytes, job) -> None:
+    """Best-effort DELJOB to whoever may hold it (everyone if we don't know)."""
+    targets = cluster.others_of(job) if job is not None else _other_nodes(cluster)
+    cluster.send_many(targets, B.DELJOB, jid)

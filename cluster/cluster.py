@@ -1,0 +1,171 @@
+"""The cluster layer of one node: glue between the Node (jobs, queues), the
+Membership (node table, failure detection) and the job state machines
+(replication, requeue, acks, federation), sans-IO.
+
+The Node calls the methods of ``Cluster`` named in broker/node.py (job_queued,
+before_requeue, try_job_gc, need_jobs...). Bus messages come in through
+``handle_message``; everything to send, save or drop goes to ``self.out`` as the
+Membership's output objects (Send, DropLink, SaveConfig, NodeEvent), drained by
+whoever runs the node (cluster/bus.py's shell, or cluster/sim.py).
+"""
+
+from __future__ import annotations
+
+from broker.job import FLAG_BCAST_QUEUED
+from cluster import acks, federation, replication, requeue
+from cluster.membership import Membership, NodeEvent, SaveConfig, Send
+from protocol import bus as B
+
+MEMBERSHIP_TICK_MS = 100
+
+# Message type -> handler(cluster, sender_id, payload, now).
+HANDLERS = {
+    B.REPLJOB: replication.on_repljob,
+    B.GOTJOB: replication.on_gotjob,
+    B.ENQUEUE: replication.on_enqueue,
+    B.WILLQUEUE: requeue.on_willqueue,
+    B.QUEUED: requeue.on_queued,
+    B.WORKING: requeue.on_working,
+    B.SETACK: acks.on_setack,
+    B.GOTACK: acks.on_gotack,
+    B.DELJOB: acks.on_deljob,
+    B.NEEDJOBS: federation.on_needjobs,
+    B.YOURJOBS: federation.on_yourjobs,
+    B.PAUSE: federation.on_pause,
+}
+
+
+class Cluster:
+    def __init__(self, node, membership: Membership) -> None:
+        self.node = node
+        self.m = membership
+        self.out: list = []
+        self.pending: dict[bytes, replication.PendingAdd] = {}
+        self.dummy_acks: dict[bytes, set] = {}   # dummy ack id -> nodes that said "unknown"
+        self.hungry: set[bytes] = set()          # queues with clients waiting for jobs
+        self.interest: dict[bytes, dict] = {}    # queue -> {asking node: until}
+        self.importing = False
+        self.next_membership_tick = 0
+        self.events: list[NodeEvent] = []
+        node.cluster = self
+
+    # ------------------------------------------------------------- plumbing
+    @property
+    def myself_id(self) -> str:
+        return self.m.node_id
+
+    def _collect(self, outputs: list) -> None:
+        for o in outputs:
+            if isinstance(o, NodeEvent):
+                self.on_event(o)
+            self.out.append(o)
+
+    def save_config(self):
+        return SaveConfig(self.m.to_nodes_conf())
+
+    def drain(self) -> list:
+        out, self.out = self.out, []
+        return out
+
+    def send(self, node_id: str, mtype: int, payload) -> None:
+        n = self.m.node(node_id)
+        if n is None or not n.ip:
+            return
+        self.m.note_sent()
+        self.out.append(Send(node_id, n.ip, n.bus_port, self.m.message(mtype, payload)))
+
+    def send_many(self, node_ids, mtype: int, payload) -> None:
+        """One message object for all destinations: the shell encodes it once."""
+        msg = None
+        for nid in node_ids:
+            n = self.m.node(nid)
+            if n is None or not n.ip or nid == self.myself_id:
+                continue
+            if msg is None:
+                msg = self.m.message(mtype, payload)
+            self.m.note_sent()
+            self.out.append(Send(nid, n.ip, n.bus_port, msg))
+
+    def reachable_count(self) -> int:
+        """Reachable nodes, myself included."""
+        return len(self.m.reachable_ids()) + 1
+
+    def others_of(self, job) -> list:
+        """Other nodes that may hold a copy of job."""
+        nd = job.nodes_delivered
+        if not nd:
+            return []
+        me = self.myself_id
+        return [n for n in nd if n != me]
+
+    # ---------------------------------------------------------------- inputs
+    def handle_message(self, link, msg: B.BusMessage, now: int) -> None:
+        self._collect(self.m.handle_message(link, msg, now))
+        handler = HANDLERS.get(msg.type)
+        if handler is not None and self.m.is_known(msg.sender):
+            handler(self, msg.sender, msg.payload, now)
+        if self.node.ready_queues:
+            self.node.serve_ready_queues()
+
+    def tick(self, now: int) -> None:
+        if now >= self.next_membership_tick:    # the node table wants ~10 Hz
+            self.next_membership_tick = now + MEMBERSHIP_TICK_MS
+            self._collect(self.m.tick(now))
+        replication.tick(self, now)
+        federation.tick(self, now)
+
+    def next_deadline(self):
+        return self.node.clock() + 50 if self.pending else None
+
+    def on_event(self, ev: NodeEvent) -> None:
+        self.events.append(ev)
+        if len(self.events) > 1000:
+            del self.events[:500]
+
+    # ------------------------------------------- the Node's calls (see node.py)
+    def replicate_new_job(self, client, job, timeout: int, is_async: bool, external: bool):
+        return replication.replicate_new_job(self, client, job, timeout, is_async, external)
+
+    def job_queued(self, job) -> None:
+        requeue.job_queued(self, job)
+        if self.interest:
+            q = self.node.queues.get(job.queue)
+            if q is not None:
+                federation.push_to_interested(self, q, self.node.clock())
+
+    def before_requeue(self, job) -> None:
+        job.flags |= FLAG_BCAST_QUEUED      # a timer requeue is announced (QUEUED)
+
+    def send_willqueue(self, job) -> None:
+        requeue.send_willqueue(self, job)
+
+    def broadcast_working(self, job) -> None:
+        self.send_many(self.others_of(job), B.WORKING, job.id)
+
+    def try_job_gc(self, job, now: int) -> None:
+        acks.try_job_gc(self, job, now)
+
+    def ack_unknown_job(self, jid: bytes) -> None:
+        acks.ack_unknown_job(self, jid)
+
+    def fastack(self, jid: bytes, job) -> None:
+        acks.fastack(self, jid, job)
+
+    def need_jobs(self, q, count: int, now: int) -> None:
+        federation.need_jobs(self, q, now)
+
+    def broadcast_pause(self, q) -> None:
+        self.send_many(self.m.reachable_ids(), B.PAUSE, [q.name, q.flags])
+
+    def hello_entries(self) -> list:
+        return [[nid.encode(), ip.encode(), b"%d" % port, b"%d" % prio]
+                for nid, ip, port, prio in self.m.hello_entries()]
+
+    def link_up(self, node_id: str, now: int) -> None:
+        self._collect(self.m.link_up(node_id, now))
+
+    def link_down(self, node_id: str, now: int) -> None:
+        self._collect(self.m.link_down(node_id, now))
+
+    def client_closed(self, client) -> None:
+        replication.client_closed(self, client)

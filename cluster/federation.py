@@ -1,0 +1,169 @@
+"""Federation: NEEDJOBS / YOURJOBS, import rates, PAUSE bcast (SPEC section 8).
+
+A node with GETJOB clients blocked on an empty queue asks for jobs: first the
+nodes that recently sent it jobs for that queue (25 ms backoff doubling to 2 s),
+otherwise every reachable node (2 s doubling to 30 s). A node with queued jobs
+answers YOURJOBS with up to half its queue, moving them (RETRY 0 jobs leave the
+sender entirely). A node that got NEEDJOBS while it had nothing remembers the
+asker for a while and pushes the next job queued here with no local consumer,
+so a consumer on A gets jobs produced on B within milliseconds.
+"""
+
+from __future__ import annotations
+
+from broker.job import ACKED, ACTIVE, job_from_fields, job_to_fields
+from broker.queue import PAUSED_OUT
+from protocol import bus as B
+
+ADHOC_MIN_MS, ADHOC_MAX_MS = 25, 2000
+BCAST_MIN_MS, BCAST_MAX_MS = 2000, 30_000
+RESPONDER_TTL_MS = 5000         # a node that sent jobs recently is asked first
+INTEREST_GRACE_MS = 1000        # how long past its next ask we remember an asker
+
+
+def _delay(attempt: int, low: int, high: int) -> int:
+    return 0 if attempt == 0 else min(low << (attempt - 1), high)
+
+
+def need_jobs(cluster, q, now: int) -> None:
+    """Ask for jobs for q if its backoff allows (called while clients wait)."""
+    node = cluster.node
+    if node.leaving or q.jobs:
+        return
+    cluster.hungry.add(q.name)
+    count = max(1, sum(c.block_count for c in q.blocked))
+    responders = q.needjobs_responders
+    if responders:
+        for nid, t in list(responders.items()):
+            if now - t > RESPONDER_TTL_MS:
+                del responders[nid]
+    if responders:
+        delay = _delay(q.needjobs_adhoc_attempt, ADHOC_MIN_MS, ADHOC_MAX_MS)
+        if now >= q.needjobs_adhoc_time + delay:
+            q.needjobs_adhoc_time = now
+            q.needjobs_adhoc_attempt += 1
+            next_ask = _delay(q.needjobs_adhoc_attempt, ADHOC_MIN_MS, ADHOC_MAX_MS)
+            cluster.send_many(sorted(responders), B.NEEDJOBS, [q.name, count, next_ask])
+        return
+    delay = _delay(q.needjobs_bcast_attempt, BCAST_MIN_MS, BCAST_MAX_MS)
+    if now >= q.needjobs_bcast_time + delay:
+        q.needjobs_bcast_time = now
+        q.needjobs_bcast_attempt += 1
+        next_ask = _delay(q.needjobs_bcast_attempt, BCAST_MIN_MS, BCAST_MAX_MS)
+        cluster.send_many(cluster.m.reachable_ids(), B.NEEDJOBS, [q.name, count, next_ask])
+
+
+def tick(cluster, now: int) -> None:
+    hungry = cluster.hungry
+    if not hungry:
+        return
+    node = cluster.node
+    for name in list(hungry):
+        q = node.queues.get(name)
+        if q is None or not q.blocked:
+            hungry.discard(name)
+            if q is not None:
+                q.needjobs_adhoc_attempt = q.needjobs_bcast_attempt = 0
+            continue
+        need_jobs(cluster, q, now)
+
+
+def _take_jobs(cluster, q, count: int, receiver: str, now: int) -> list:
+    """Dequeue up to count jobs for another node (moving RETRY 0 jobs)."""
+    node = cluster.node
+    out = []
+    while len(out) < count and q.jobs:
+        job = q.jobs.pop(0)
+        job.state = ACTIVE
+        q.jobs_out += 1
+        fields = job_to_fields(job)
+        if job.retry == 0:
+            fields[12] = None
+            node.unregister_job(job)        # at most once: it leaves us
+        else:
+            if job.nodes_delivered is None:
+                job.nodes_delivered = {cluster.myself_id}
+            job.nodes_delivered.add(receiver)
+            fields[12] = sorted(job.nodes_delivered)
+            job.qtime = now + job.retry * 1000
+            node.schedule_job(job)
+        out.append(fields)
+    q.atime = now
+    return out
+
+
+def on_needjobs(cluster, sender: str, payload, now: int) -> None:
+    name, count = bytes(payload[0]), payload[1]
+    next_ask = payload[2] if len(payload) > 2 else BCAST_MIN_MS
+    node = cluster.node
+    q = node.queues.get(name)
+    if q is None or not q.jobs or q.flags & PAUSED_OUT:
+        cluster.interest.setdefault(name, {})[sender] = now + next_ask + INTEREST_GRACE_MS
+        return
+    n = min(count, len(q.jobs) // 2) or 1
+    cluster.send(sender, B.YOURJOBS, _take_jobs(cluster, q, n, sender, now))
+
+
+def push_to_interested(cluster, q, now: int) -> bool:
+    """A job was queued with no local consumer: hand it to a node that asked."""
+    interest = cluster.interest
+    if not interest or cluster.importing or q.blocked or q.flags & PAUSED_OUT:
+        return False
+    askers = interest.get(q.name)
+    if not askers:
+        return False
+    for nid, until in list(askers.items()):
+        if until < now or nid not in cluster.m.reachable_ids():
+            del askers[nid]
+    if not askers:
+        del interest[q.name]
+        return False
+    target = min(askers)
+    cluster.send(target, B.YOURJOBS, _take_jobs(cluster, q, len(q.jobs), target, now))
+    return True
+
+
+def on_yourjobs(cluster, sender: str, jobs, now: int) -> None:
+    node = cluster.node
+    me = cluster.myself_id
+    imported = 0
+    q = None
+    cluster.importing = True    # imported jobs are not pushed on to other askers
+    for fields in jobs:
+        jid = bytes(fields[0])
+        job = node.get_job(jid)
+        if job is None:
+            job = job_from_fields(fields)
+            job.state = ACTIVE
+            if job.retry:
+                job.nodes_delivered = set(job.nodes_delivered or ()) | {sender, me}
+            else:
+                job.nodes_delivered = None
+            job.nodes_confirmed = None
+            node.register_job(job)
+            if node.aof is not None:
+                node.aof.log_job(job)
+        elif job.state == ACKED:
+            continue
+        if node.queue_job(job, now):
+            imported += 1
+        q = node.queues.get(job.queue)
+    cluster.importing = False
+    if q is not None and imported:
+        if q.needjobs_responders is None:
+            q.needjobs_responders = {}
+        q.needjobs_responders[sender] = now
+        q.needjobs_adhoc_attempt = 0
+        second = now // 1000
+        if q.current_import_jobs_time // 1000 != second:
+            q.prev_import_jobs_time = q.current_import_jobs_time
+            q.prev_import_jobs_count = q.current_import_jobs_count
+            q.current_import_jobs_time = now
+            q.current_import_jobs_count = 0
+        q.current_import_jobs_count += imported
+
+
+def on_pause(cluster, sender: str, payload, now: int) -> None:
+    node = cluster.node
+    q = node.get_queue(bytes(payload[0]), create=True)
+    node.set_queue_pause(q, payload[1])

@@ -1,0 +1,175 @@
+"""Synchronous replication of new jobs: REPLJOB / GOTJOB / ENQUEUE (SPEC section 8).
+
+ADDJOB with REPLICATE n > 1 sends REPLJOB (the job plus the nodes that may hold it)
+to n-1 shuffled reachable peers and answers the client once n copies are confirmed
+by GOTJOB. Every 50 ms without enough copies it adds one more peer and re-sends
+REPLJOB to every holder that has not confirmed. On timeout the client gets
+-NOREPL and the copies made are deleted, best effort (DELJOB).
+
+External replication (over 75% memory, or leaving): no local copy; once the
+copies are confirmed one holder is told to queue the job (ENQUEUE).
+"""
+
+from __future__ import annotations
+
+from broker.job import ACKED, ACTIVE, QUEUED, WAIT_REPL, job_from_fields, job_to_fields
+from broker.node import REQUEUE_JITTER_MS
+from broker.queue import PAUSED_IN
+from protocol import bus as B
+from protocol.resp import Error, Status
+
+WIDEN_EVERY_MS = 50
+NOREPL_TIMEOUT = Error("NOREPL Timeout reached before replicating to the requested "
+                       "number of nodes")
+
+
+class PendingAdd:
+    """An ADDJOB whose copies are not all confirmed yet."""
+
+    __slots__ = ("job", "client", "deadline", "is_async", "external", "next_widen")
+
+    def __init__(self, job, client, deadline, is_async, external, next_widen) -> None:
+        self.job = job
+        self.client = client            # None once answered (ASYNC) or disconnected
+        self.deadline = deadline        # ms, 0 = no timeout
+        self.is_async = is_async
+        self.external = external        # no local copy
+        self.next_widen = next_widen
+
+
+def replicate_new_job(cluster, client, job, timeout: int, is_async: bool, external: bool):
+    node = cluster.node
+    now = node.clock()
+    me = cluster.myself_id
+    peers = sorted(cluster.m.reachable_ids())
+    wanted = job.repl if external else job.repl - 1
+    chosen = node.rng.sample(peers, wanted)
+    job.nodes_delivered = set(chosen) if external else {me, *chosen}
+    job.nodes_confirmed = set() if external else {me}
+    deadline = now + timeout if timeout else 0
+    if not is_async and not deadline:
+        deadline = 0
+    p = PendingAdd(job, None if is_async else client, deadline, is_async, external,
+                   now + WIDEN_EVERY_MS)
+    cluster.pending[job.id] = p
+    if not external:
+        node.register_job(job)          # WAIT_REPL until confirmed (or ASYNC below)
+    cluster.send_many(chosen, B.REPLJOB, job_to_fields(job))
+    if is_async:
+        if not external:
+            _activate(node, job, now)
+        return Status(job.id.decode())
+    from broker.node import BLOCKED
+    return BLOCKED
+
+
+def _activate(node, job, now: int) -> None:
+    """The job is now live here: log it and queue it unless delayed."""
+    job.state = ACTIVE
+    if node.aof is not None:
+        node.aof.log_job(job)
+    if not job.delay:
+        node.queue_job(job, now)
+    else:
+        node.schedule_job(job)
+
+
+def _achieved(cluster, p: PendingAdd, now: int) -> None:
+    node = cluster.node
+    job = p.job
+    del cluster.pending[job.id]
+    if p.external:
+        # Have one holder queue it; we keep nothing.
+        target = node.rng.choice(sorted(job.nodes_confirmed))
+        cluster.send(target, B.ENQUEUE, job.id)
+    elif not p.is_async:
+        _activate(node, job, now)
+    if p.client is not None:
+        node.outbox.append((p.client, Status(job.id.decode())))
+
+
+def on_gotjob(cluster, sender: str, jid, now: int) -> None:
+    p = cluster.pending.get(jid)
+    if p is None:
+        return
+    job = p.job
+    job.nodes_delivered.add(sender)
+    job.nodes_confirmed.add(sender)
+    if len(job.nodes_confirmed) >= job.repl:
+        _achieved(cluster, p, now)
+
+
+def tick(cluster, now: int) -> None:
+    if not cluster.pending:
+        return
+    node = cluster.node
+    for p in list(cluster.pending.values()):
+        job = p.job
+        if p.deadline and now >= p.deadline:
+            del cluster.pending[job.id]
+            if p.is_async:
+                continue                # live job: stop widening, keep it
+            cluster.send_many(cluster.others_of(job), B.DELJOB, job.id)
+            if not p.external:
+                node.unregister_job(job)
+            if p.client is not None:
+                node.outbox.append((p.client, NOREPL_TIMEOUT))
+            continue
+        if now >= p.next_widen:
+            p.next_widen = now + WIDEN_EVERY_MS
+            spare = sorted(set(cluster.m.reachable_ids()) - job.nodes_delivered)
+            if spare:
+                job.nodes_delivered.add(node.rng.choice(spare))
+            missing = [n for n in job.nodes_delivered if n not in job.nodes_confirmed]
+            cluster.send_many(missing, B.REPLJOB, job_to_fields(job))
+
+
+def on_repljob(cluster, sender: str, fields, now: int) -> None:
+    """A peer asks us to hold a copy. Refused (no GOTJOB) over 75% memory, while
+    leaving, or when the queue is paused in."""
+    node = cluster.node
+    if node.leaving or node.memory_level() >= 1:
+        return
+    jid = bytes(fields[0])
+    q = node.queues.get(bytes(fields[1]))
+    if q is not None and q.flags & PAUSED_IN:
+        return
+    job = node.get_job(jid)
+    if job is None:
+        job = job_from_fields(fields)
+        job.state = ACTIVE
+        job.flags = 0
+        job.nodes_delivered = set(job.nodes_delivered or ()) | {sender, cluster.myself_id}
+        job.nodes_confirmed = None
+        # If the node that queues it dies, we queue it after the delay + retry.
+        created = job.ctime // 1_000_000
+        job.qtime = (created + job.delay * 1000 + job.retry * 1000
+                     + node.rng.randint(-REQUEUE_JITTER_MS, REQUEUE_JITTER_MS)
+                     if job.retry else 0)
+        node.register_job(job)
+        if node.aof is not None:
+            node.aof.log_job(job)
+    else:
+        job.nodes_delivered = (job.nodes_delivered or {cluster.myself_id}) | set(fields[12] or ())
+        job.nodes_delivered.add(sender)
+    cluster.send(sender, B.GOTJOB, jid)
+
+
+def on_enqueue(cluster, sender: str, jid, now: int) -> None:
+    """The originator kept no copy (external replication): we queue the job."""
+    node = cluster.node
+    job = node.get_job(jid)
+    if job is None or job.state in (ACKED, QUEUED, WAIT_REPL):
+        return
+    created = job.ctime // 1_000_000
+    if job.delay and created + job.delay * 1000 > now:
+        job.qtime = created + job.delay * 1000
+        node.schedule_job(job)
+    else:
+        node.queue_job(job, now)
+
+
+def client_closed(cluster, client) -> None:
+    for p in cluster.pending.values():
+        if p.client is client:
+            p.client = None

@@ -1,0 +1,78 @@
+"""Requeue across holders: WILLQUEUE / QUEUED / WORKING (SPEC section 8).
+
+500 ms before re-queueing a job, a holder sends WILLQUEUE to the other holders:
+one that has it queued answers QUEUED (so we postpone instead of queueing a
+second copy), one that has it acked answers SETACK. A node that re-queues sends
+QUEUED to the holders; a holder that also has it queued dequeues it when the
+sender wins the fixed comparison (greater node id), so usually one node queues it.
+"""
+
+from __future__ import annotations
+
+from broker.job import ACKED, FLAG_BCAST_QUEUED, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, QUEUED
+from broker.node import REQUEUE_JITTER_MS
+from protocol import bus as B
+
+
+def send_willqueue(cluster, job) -> None:
+    others = cluster.others_of(job)
+    if others:
+        cluster.send_many(others, B.WILLQUEUE, job.id)
+
+
+def job_queued(cluster, job) -> None:
+    """Tell the other holders we queued it (not on the first queueing after
+    ADDJOB: their copies already wait one retry period)."""
+    if not job.nodes_delivered or not job.flags & (FLAG_BCAST_QUEUED | FLAG_DELIVERED):
+        return
+    job.flags &= ~FLAG_BCAST_QUEUED
+    others = cluster.others_of(job)
+    if others:
+        cluster.send_many(others, B.QUEUED, job.id)
+
+
+def _postpone(node, job, now: int) -> None:
+    job.qtime = now + job.retry * 1000 + node.rng.randint(-REQUEUE_JITTER_MS, REQUEUE_JITTER_MS)
+    job.flags &= ~FLAG_BCAST_WILLQUEUE
+    node.schedule_job(job)
+
+
+def on_willqueue(cluster, sender: str, jid, now: int) -> None:
+    node = cluster.node
+    job = node.get_job(jid)
+    if job is None:
+        return
+    if job.state == QUEUED:
+        cluster.send(sender, B.QUEUED, jid)
+    elif job.state == ACKED:
+        cluster.send(sender, B.SETACK, [jid, len(job.nodes_delivered or ())])
+
+
+def on_queued(cluster, sender: str, jid, now: int) -> None:
+    node = cluster.node
+    job = node.get_job(jid)
+    if job is None or job.state == ACKED:
+        return
+    if job.nodes_delivered is not None:
+        job.nodes_delivered.add(sender)
+    if job.state == QUEUED:
+        if sender > cluster.myself_id:
+            node.dequeue_job(job)
+        else:
+            # We win: tell the sender, which then drops its queued copy.
+            cluster.send(sender, B.QUEUED, jid)
+            return
+    if job.retry:
+        _postpone(node, job, now)
+
+
+def on_working(cluster, sender: str, jid, now: int) -> None:
+    """A client is still working on the job: postpone our requeue too."""
+    node = cluster.node
+    job = node.get_job(jid)
+    if job is None or job.state == ACKED:
+        return
+    if job.state == QUEUED:
+        node.dequeue_job(job)
+    if job.retry:
+        _postpone(node, job, now)
