@@ -130,7 +130,7 @@ def job_to_fields(job: Job) -> list:
     return [
         job.id, job.queue, job.body, job.state, job.flags, job.repl, job.etime,
         job.ctime, job.delay, job.retry, job.nacks, job.additional_deliveries,
-        list(job.nodes_delivered) if job.nodes_delivered else None, job.qtime,
+        sorted(job.nodes_delivered) if job.nodes_delivered else None, job.qtime,
     ]
 
 

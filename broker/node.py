@@ -235,6 +235,8 @@ class Node:
         self.jobs_memory -= len(job.body) + JOB_OVERHEAD
         if self.aof is not None:
             self.aof.log_delete(job)
+        if self.cluster is not None:
+            self.cluster.job_deleted(job)
         if self.timers.entries > 2 * self.job_count + 1024:
             self.rebuild_timers()
 
@@ -340,6 +342,8 @@ class Node:
         job.qtime = self.clock()    # for an acked job: next GC attempt
         job.nodes_confirmed = None  # from now on: holders that confirmed the ack
         job.gc_retry = 0
+        if self.aof is not None:    # persistence: a reload must not make it live again
+            self.aof.log_ack(job)
 
     def try_job_gc(self, job: Job) -> None:
         """Delete an acked job once every holder knows (SPEC section 8). A job only
@@ -407,6 +411,8 @@ class Node:
             job.qtime += self.rng.randint(-REQUEUE_JITTER_MS, REQUEUE_JITTER_MS)
             job.flags &= ~FLAG_BCAST_WILLQUEUE
             self.schedule_job(job)
+        elif self.aof is not None:  # persistence: a delivered RETRY 0 job is never requeued
+            self.aof.log_delivered(job)
         q.atime = now
         q.jobs_out += 1
         return job

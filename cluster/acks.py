@@ -85,6 +85,7 @@ def on_setack(cluster, sender: str, payload, now: int) -> None:
     node = cluster.node
     job = node.get_job(jid)
     if job is None:
+        cluster.tombstone(jid)      # a REPLJOB still in flight must not revive it
         cluster.send(sender, B.GOTACK, [jid, 0])
         return
     dummy = bool(job.flags & FLAG_DUMMY_ACK)
@@ -130,6 +131,7 @@ def on_deljob(cluster, sender: str, jid, now: int) -> None:
     if job is not None:
         cluster.dummy_acks.pop(job.id, None)
         node.unregister_job(job)
+    cluster.tombstone(bytes(jid))
 
 
 def fastack(cluster, jid: bytes, job) -> None:

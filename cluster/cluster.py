@@ -17,6 +17,10 @@ from cluster.membership import Membership, NodeEvent, SaveConfig, Send
 from protocol import bus as B
 
 MEMBERSHIP_TICK_MS = 100
+# A deleted replicated job is remembered this long, so that a REPLJOB or YOURJOBS
+# delayed in the network (or in a reconnect backlog) cannot bring it back.
+TOMBSTONE_MS = 30_000
+MAX_TOMBSTONES = 1_000_000
 
 # Message type -> handler(cluster, sender_id, payload, now).
 HANDLERS = {
@@ -45,6 +49,8 @@ class Cluster:
         self.hungry: set[bytes] = set()          # queues with clients waiting for jobs
         self.interest: dict[bytes, dict] = {}    # queue -> {asking node: until}
         self.importing = False
+        self.push_pending: set[bytes] = set()    # queues with jobs for nodes that asked
+        self.tombstones: dict[bytes, int] = {}   # deleted job id -> until (insertion order)
         self.next_membership_tick = 0
         self.events: list[NodeEvent] = []
         node.cluster = self
@@ -96,7 +102,7 @@ class Cluster:
         if not nd:
             return []
         me = self.myself_id
-        return [n for n in nd if n != me]
+        return sorted(n for n in nd if n != me)   # sorted: simulations replay exactly
 
     # ---------------------------------------------------------------- inputs
     def handle_message(self, link, msg: B.BusMessage, now: int) -> None:
@@ -107,7 +113,27 @@ class Cluster:
         if self.node.ready_queues:
             self.node.serve_ready_queues()
 
+    def job_deleted(self, job) -> None:
+        if job.nodes_delivered:
+            self.tombstone(job.id)
+
+    def tombstone(self, jid: bytes) -> None:
+        t = self.tombstones
+        t.pop(jid, None)        # re-insert at the end: expiry order = insertion order
+        t[jid] = self.node.clock() + TOMBSTONE_MS
+        if len(t) > MAX_TOMBSTONES:
+            del t[next(iter(t))]
+
+    def is_tombstoned(self, jid: bytes) -> bool:
+        return jid in self.tombstones
+
     def tick(self, now: int) -> None:
+        t = self.tombstones
+        while t:
+            jid = next(iter(t))
+            if t[jid] > now:
+                break
+            del t[jid]
         if now >= self.next_membership_tick:    # the node table wants ~10 Hz
             self.next_membership_tick = now + MEMBERSHIP_TICK_MS
             self._collect(self.m.tick(now))
@@ -115,6 +141,8 @@ class Cluster:
         federation.tick(self, now)
 
     def next_deadline(self):
+        if self.push_pending:
+            return self.node.clock()
         return self.node.clock() + 50 if self.pending else None
 
     def on_event(self, ev: NodeEvent) -> None:
@@ -128,10 +156,9 @@ class Cluster:
 
     def job_queued(self, job) -> None:
         requeue.job_queued(self, job)
-        if self.interest:
-            q = self.node.queues.get(job.queue)
-            if q is not None:
-                federation.push_to_interested(self, q, self.node.clock())
+        if self.interest and not self.importing:
+            # Pushed on the next tick: the command that queued it answers first.
+            self.push_pending.add(job.queue)
 
     def before_requeue(self, job) -> None:
         job.flags |= FLAG_BCAST_QUEUED      # a timer requeue is announced (QUEUED)

@@ -11,7 +11,7 @@ so a consumer on A gets jobs produced on B within milliseconds.
 
 from __future__ import annotations
 
-from broker.job import ACKED, ACTIVE, job_from_fields, job_to_fields
+from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, job_from_fields, job_to_fields
 from broker.queue import PAUSED_OUT
 from protocol import bus as B
 
@@ -54,10 +54,16 @@ def need_jobs(cluster, q, now: int) -> None:
 
 
 def tick(cluster, now: int) -> None:
+    node = cluster.node
+    if cluster.push_pending:
+        for name in sorted(cluster.push_pending):
+            q = node.queues.get(name)
+            if q is not None and q.jobs:
+                push_to_interested(cluster, q, now)
+        cluster.push_pending.clear()
     hungry = cluster.hungry
     if not hungry:
         return
-    node = cluster.node
     for name in list(hungry):
         q = node.queues.get(name)
         if q is None or not q.blocked:
@@ -86,6 +92,7 @@ def _take_jobs(cluster, q, count: int, receiver: str, now: int) -> list:
             job.nodes_delivered.add(receiver)
             fields[12] = sorted(job.nodes_delivered)
             job.qtime = now + job.retry * 1000
+            job.flags |= FLAG_DELIVERED     # our requeue would be a redelivery
             node.schedule_job(job)
         out.append(fields)
     q.atime = now
@@ -133,6 +140,8 @@ def on_yourjobs(cluster, sender: str, jobs, now: int) -> None:
         jid = bytes(fields[0])
         job = node.get_job(jid)
         if job is None:
+            if cluster.is_tombstoned(jid):
+                continue
             job = job_from_fields(fields)
             job.state = ACTIVE
             if job.retry:

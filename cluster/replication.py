@@ -12,7 +12,9 @@ copies are confirmed one holder is told to queue the job (ENQUEUE).
 
 from __future__ import annotations
 
-from broker.job import ACKED, ACTIVE, QUEUED, WAIT_REPL, job_from_fields, job_to_fields
+from broker.job import (
+    ACKED, ACTIVE, FLAG_DELIVERED, QUEUED, WAIT_REPL, job_from_fields, job_to_fields,
+)
 from broker.node import REQUEUE_JITTER_MS
 from broker.queue import PAUSED_IN
 from protocol import bus as B
@@ -90,7 +92,7 @@ def _achieved(cluster, p: PendingAdd, now: int) -> None:
 
 def on_gotjob(cluster, sender: str, jid, now: int) -> None:
     p = cluster.pending.get(jid)
-    if p is None:
+    if p is None or p.job.state == ACKED:
         return
     job = p.job
     job.nodes_delivered.add(sender)
@@ -105,6 +107,13 @@ def tick(cluster, now: int) -> None:
     node = cluster.node
     for p in list(cluster.pending.values()):
         job = p.job
+        if job.state == ACKED or (not p.external and not node.is_registered(job)):
+            # A replica was delivered, processed and acked (or fast-acked) before
+            # we heard enough GOTJOBs: the job was accepted, say so.
+            del cluster.pending[job.id]
+            if p.client is not None:
+                node.outbox.append((p.client, Status(job.id.decode())))
+            continue
         if p.deadline and now >= p.deadline:
             del cluster.pending[job.id]
             if p.is_async:
@@ -120,7 +129,7 @@ def tick(cluster, now: int) -> None:
             spare = sorted(set(cluster.m.reachable_ids()) - job.nodes_delivered)
             if spare:
                 job.nodes_delivered.add(node.rng.choice(spare))
-            missing = [n for n in job.nodes_delivered if n not in job.nodes_confirmed]
+            missing = [n for n in sorted(job.nodes_delivered) if n not in job.nodes_confirmed]
             cluster.send_many(missing, B.REPLJOB, job_to_fields(job))
 
 
@@ -136,14 +145,22 @@ def on_repljob(cluster, sender: str, fields, now: int) -> None:
         return
     job = node.get_job(jid)
     if job is None:
+        if cluster.is_tombstoned(jid):
+            return                      # a late REPLJOB for a job already collected
         job = job_from_fields(fields)
         job.state = ACTIVE
-        job.flags = 0
-        job.nodes_delivered = set(job.nodes_delivered or ()) | {sender, cluster.myself_id}
+        # Our retry timer fires only if the copy queued elsewhere was not acked
+        # in time: queueing it then is a redelivery (additional-deliveries).
+        job.flags = FLAG_DELIVERED if job.retry else 0
+        # The sender's list already names it when it keeps a copy; an external
+        # replication (no copy there) must not list it.
+        job.nodes_delivered = set(job.nodes_delivered or ()) | {cluster.myself_id}
         job.nodes_confirmed = None
-        # If the node that queues it dies, we queue it after the delay + retry.
+        # If the node that queues it dies, we queue it after the delay + retry,
+        # counted from now: replication itself may take a while.
         created = job.ctime // 1_000_000
-        job.qtime = (created + job.delay * 1000 + job.retry * 1000
+        start = max(now, created + job.delay * 1000)
+        job.qtime = (start + job.retry * 1000
                      + node.rng.randint(-REQUEUE_JITTER_MS, REQUEUE_JITTER_MS)
                      if job.retry else 0)
         node.register_job(job)
@@ -151,7 +168,6 @@ def on_repljob(cluster, sender: str, fields, now: int) -> None:
             node.aof.log_job(job)
     else:
         job.nodes_delivered = (job.nodes_delivered or {cluster.myself_id}) | set(fields[12] or ())
-        job.nodes_delivered.add(sender)
     cluster.send(sender, B.GOTJOB, jid)
 
 

@@ -108,7 +108,8 @@ DEFAULT_MAX_QUERY_BUFFER = 1024 * 1024 * 1024   # client-query-buffer-limit
 DEFAULT_MAX_MULTIBULK_LEN = 1024 * 1024         # the multibulk count limit of Redis 3
 
 PROTO_INLINE_MAX_SIZE = 64 * 1024
-# A header or inline line must have its terminator within this many bytes.
+# A header line (from its "*" or "$") or an inline line with no terminator in
+# its first _SCAN bytes is "too big", however the bytes were split into feeds.
 _SCAN = PROTO_INLINE_MAX_SIZE + 1
 
 ERR_MBULK_LEN = "ERR Protocol error: invalid multibulk length"
@@ -468,7 +469,8 @@ def _canonical_any(r: list) -> bytes:
     return b"*%d\r\n" % len(r) + b"".join([b"$%d\r\n%b\r\n" % (len(a), a) for a in r])
 
 
-_CANONICAL = {n: _make_canonical(n) for n in range(1, 17)}
+_CANONICAL_MAX = 16
+_CANONICAL = {n: _make_canonical(n) for n in range(1, _CANONICAL_MAX + 1)}
 
 
 # An incomplete command at the end of the buffer must be checked now, not when
@@ -555,6 +557,8 @@ class HiredisReader:
         return self._py.pending()
 
     def feed(self, data: bytes) -> None:
+        if self._error is not None:
+            raise ProtocolError(str(self._error))
         if not self._fast:
             try:
                 self._py.feed(data)
@@ -572,8 +576,7 @@ class HiredisReader:
         pending = len(buf) - pos
         if pending + n > self.max_query_buffer:
             self._error = ProtocolError(ERR_QUERY_BUFFER)
-            self._fast = False  # gets() now goes through the error check
-            self._py._error = self._error
+            self._fast = False  # so that gets() goes through the error check
             raise ProtocolError(ERR_QUERY_BUFFER)
         if not pending:
             if data[0] != 42:  # inline command: let Python read it
@@ -597,9 +600,11 @@ class HiredisReader:
             return self._to_python()
         if r is False:
             pos = self._pos
-            if pos == len(self._buf) or _tail_is_waiting(
-                self._buf, pos, self.max_multibulk_len, self.max_bulk_len
-            ):
+            if pos == len(self._buf):  # all consumed: drop the chunk
+                self._buf = b""
+                self._pos = 0
+                return False
+            if _tail_is_waiting(self._buf, pos, self.max_multibulk_len, self.max_bulk_len):
                 return False
             # A tail that is big or unusual: PyReader checks it and keeps it.
             return self._to_python()
@@ -688,10 +693,19 @@ class Push(list):
     __slots__ = ()
 
 
-class Raw(bytes):
-    """Bytes that are already RESP, written as they are (precomputed replies)."""
+class Raw:
+    """Bytes that are already RESP, written as they are (precomputed replies).
 
-    __slots__ = ()
+    Deliberately not a bytes subclass, so it can never pass for a bulk string.
+    """
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = bytes(data)
+
+    def __repr__(self) -> str:
+        return f"Raw({self.data!r})"
 
 
 class _NullArray:
@@ -757,8 +771,8 @@ def _enc_error(v) -> bytes:
     return b"-%b\r\n" % _line(str(v))
 
 
-def _enc_raw(v: bytes) -> bytes:
-    return bytes(v)
+def _enc_raw(v: Raw) -> bytes:
+    return v.data
 
 
 def _build_encoder(proto: int) -> Callable[[Any], bytes]:
@@ -787,6 +801,19 @@ def _build_encoder(proto: int) -> Callable[[Any], bytes]:
         return head + b"%d\r\n" % len(v) + b"".join([
             b"$%d\r\n%b\r\n" % (len(x), x) if type(x) is bytes else enc(x) for x in v
         ])
+
+    def enc_list(v) -> bytes:
+        # Fastest case, a short flat list of bytes ([queue, id, body]): one
+        # %-format by the generated functions the HiredisReader uses. The
+        # first/last element test keeps mixed lists off this path most of the
+        # time; when it guesses wrong, the format raises TypeError.
+        n = len(v)
+        if 0 < n <= _CANONICAL_MAX and type(v[0]) is bytes and type(v[-1]) is bytes:
+            try:
+                return _CANONICAL[n](v)
+            except TypeError:
+                pass
+        return enc_seq(v)
 
     def enc_int(v: int) -> bytes:
         if _I64_MIN <= v < _I64_LIMIT:
@@ -850,8 +877,8 @@ def _build_encoder(proto: int) -> Callable[[Any], bytes]:
         bool: enc_bool,
         float: enc_float,
         type(None): enc_none,
-        list: enc_seq,
-        tuple: enc_seq,
+        list: enc_list,
+        tuple: enc_list,
         set: enc_set,
         frozenset: enc_set,
         dict: enc_map,
@@ -898,6 +925,8 @@ def encode(value: Any, proto: int = 2) -> bytes:
     Push                   ``*`` array             ``>`` push
     Raw                    as is                   as is
     =====================  ======================  =====================
+
+    A memoryview must have a byte format (``"B"``, ``"b"``, ``"c"``).
     """
     return get_encoder(proto)(value)
 

@@ -1,0 +1,300 @@
+"""A seeded workload for the broker simulator: producers, consumers, faults, and
+the bookkeeping the SPEC section 9 invariants are checked against.
+
+One seed decides everything: cluster size, jobs, who consumes, who acks where,
+partitions, crashes, message loss. ``Workload(seed).run()`` returns a Report;
+``Report.violations`` lists broken invariants, each naming the seed.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from broker.job import ACKED, id_is_at_least_once
+from cluster.sim import NetworkConfig, Simulation
+from cluster.sim_node import broker_factory
+from protocol.resp import Error, Status
+
+QUEUE = b"q"
+
+
+@dataclass
+class Report:
+    seed: int
+    violations: list = field(default_factory=list)
+    produced: int = 0              # ADDJOBs acknowledged to the producer
+    deliveries: int = 0
+    distinct_delivered: int = 0
+    at_least_once_redeliveries: int = 0
+    duplicates: int = 0            # redeliveries not asked for (no NACK, no RETRY timeout)
+    sim_time: int = 0
+
+
+class Workload:
+    def __init__(self, seed: int, *, nodes: int | None = None, jobs: int | None = None,
+                 chaos_ms: int = 5000, faults: bool = True) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed * 1_000_003 + 17)
+        rng = self.rng
+        self.n = nodes or rng.choice((3, 3, 4, 5))
+        self.njobs = jobs if jobs is not None else rng.randint(4, 12)
+        self.chaos_ms = chaos_ms
+        self.faults = faults
+        net = NetworkConfig(min_latency=1, max_latency=5,
+                            drop=rng.choice([0.0, 0.0, 0.01, 0.05]) if faults else 0.0,
+                            duplicate=rng.choice([0.0, 0.02]) if faults else 0.0,
+                            reorder=rng.choice([0.0, 0.05]) if faults else 0.0)
+        self.sim = Simulation(seed, broker_factory(cluster_node_timeout=1000), net=net,
+                              record_deliveries=False)
+        self.names = [self.sim.add_host().name for _ in range(self.n)]
+        self.final = False                 # final phase: healed, consumers ack everything
+        self.crashed_at: dict[str, list] = {name: [] for name in self.names}
+        self.produced: dict[bytes, dict] = {}    # jid -> {time, repl, retry, holders, async}
+        self.deliveries: list = []               # (jid, time, host)
+        self.acked: set[bytes] = set()
+        self.acked_at: dict[bytes, int] = {}     # first ACKJOB/FASTACK sent by a consumer
+        self.nacked_at: dict[bytes, list] = {}
+        self.collected_at: dict[bytes, int] = {}
+        self.violations: list = []
+        self.crash_budget = 1 if faults else 0
+
+    # -- helpers --------------------------------------------------------------------
+    def live(self, name: str):
+        h = self.sim.hosts[name]
+        return h.node if h.alive else None
+
+    def command(self, name: str, args, on_reply) -> None:
+        """Send a command from a fresh client on host `name` (if it is up)."""
+        host = self.sim.hosts[name]
+        if not host.alive:
+            return
+        incarnation = host.incarnation
+
+        def reply(r):
+            # Replies from a node that crashed meanwhile never reach the client.
+            if host.alive and host.incarnation == incarnation:
+                on_reply(r)
+
+        client = host.node.new_client(reply)
+        self.sim.call(name, lambda node, now: node.command(client, args, now))
+
+    def later(self, delay: int, fn) -> None:
+        self.sim.at(self.sim.now + delay, lambda sim: fn())
+
+    def holders(self, jid: bytes) -> list:
+        out = []
+        for name in self.names:
+            node = self.live(name)
+            if node is not None and node.node.get_job(jid) is not None:
+                out.append(name)
+        return out
+
+    # -- producers ------------------------------------------------------------------
+    def produce(self, i: int) -> None:
+        rng = self.rng
+        name = rng.choice(self.names)
+        body = b"job-%d" % i
+        if rng.random() < 0.2:
+            repl, retry = 1, 0             # at most once
+        else:
+            repl, retry = rng.randint(2, min(3, self.n)), rng.randint(1, 3)
+        is_async = rng.random() < 0.15
+        args = ["ADDJOB", QUEUE, body, 1500, "REPLICATE", repl, "RETRY", retry, "TTL", 600]
+        if is_async:
+            args.append("ASYNC")
+        start = self.sim.now
+
+        def done(reply):
+            if isinstance(reply, Status):
+                jid = reply.encode()
+                holders = self.holders(jid)
+                crashed_meanwhile = any(t >= start for ts in self.crashed_at.values() for t in ts)
+                # A replica may requeue, deliver and collect the job before the
+                # producer hears back (replication slower than RETRY): no copy check.
+                consumed = any(d[0] == jid for d in self.deliveries)
+                if not is_async and len(holders) < repl and not (crashed_meanwhile or consumed):
+                    self.violation(f"ADDJOB {jid!r} answered with {len(holders)} live copies "
+                                   f"< REPLICATE {repl}")
+                self.produced[jid] = {"time": self.sim.now, "repl": repl, "retry": retry,
+                                      "holders": holders, "async": is_async}
+
+        self.command(name, args, done)
+
+    # -- consumers ------------------------------------------------------------------
+    def consume(self, name: str, incarnation: int) -> None:
+        host = self.sim.hosts[name]
+        if not host.alive or host.incarnation != incarnation:
+            return
+
+        def got(reply):
+            if isinstance(reply, list):
+                for _queue, jid, _body in reply:
+                    jid = bytes(jid)
+                    self.delivered(jid, name)
+                    self.later(self.rng.randint(1, 300), lambda j=jid: self.finish(j, name))
+            self.later(self.rng.randint(1, 50), lambda: self.consume(name, incarnation))
+
+        self.command(name, ["GETJOB", "TIMEOUT", 400, "FROM", QUEUE], got)
+
+    def delivered(self, jid: bytes, name: str) -> None:
+        t = self.sim.now
+        if jid in self.collected_at:
+            self.violation(f"{jid!r} delivered on {name} at {t} after its ack was "
+                           f"collected at {self.collected_at[jid]}")
+        self.deliveries.append((jid, t, name))
+
+    def finish(self, jid: bytes, name: str) -> None:
+        """What the consumer does with a job: ack (here or elsewhere), fast-ack,
+        nack, or nothing (it comes back after RETRY)."""
+        rng = self.rng
+        x = 0.0 if self.final else rng.random()
+        target = name if rng.random() < 0.8 else rng.choice(self.names)
+        if not id_is_at_least_once(jid):
+            # No dummy acks for at-most-once ids: their ack must go to the holder.
+            target = name
+        if x < 0.82:
+            self.acked_at.setdefault(jid, self.sim.now)
+        if x < 0.75:
+            self.command(target, ["ACKJOB", jid], lambda r: self.acked.add(jid)
+                         if not isinstance(r, Error) else None)
+        elif x < 0.82:
+            self.command(target, ["FASTACK", jid], lambda r: self.acked.add(jid))
+        elif x < 0.9:
+            self.nacked_at.setdefault(jid, []).append(self.sim.now)
+            self.command(name, ["NACK", jid], lambda r: None)
+        elif x < 0.93:
+            self.command(name, ["WORKING", jid], lambda r: None)
+
+    # -- faults ---------------------------------------------------------------------
+    def fault(self) -> None:
+        rng = self.rng
+        x = rng.random()
+        if x < 0.35 and self.n >= 3:
+            names = self.names[:]
+            rng.shuffle(names)
+            k = rng.randint(1, self.n - 1)
+            self.sim.partition(names[:k], names[k:])
+            self.later(rng.randint(300, 3000), self.sim.heal)
+        elif x < 0.55:
+            a, b = rng.sample(self.names, 2)
+            self.sim.cut(a, b)
+            self.later(rng.randint(300, 3000), self.sim.heal)
+        elif x < 0.7 and self.crash_budget > 0:
+            self.crash_budget -= 1
+            victim = rng.choice(self.names)
+            self.sim.crash(victim)
+            self.crashed_at[victim].append(self.sim.now)
+            self.later(rng.randint(200, 3000), lambda: self.restart(victim))
+
+    def restart(self, name: str) -> None:
+        if not self.sim.hosts[name].alive:
+            self.sim.start(name)
+            self.consume(name, self.sim.hosts[name].incarnation)
+
+    # -- invariants -----------------------------------------------------------------
+    def violation(self, text: str) -> None:
+        self.violations.append(f"seed={self.seed} t={self.sim.now}: {text}")
+
+    def observe(self, sim) -> bool:
+        """Every poll: note when an acked job disappeared from every live node."""
+        for jid in self.acked:
+            if jid not in self.collected_at and not self.holders(jid):
+                self.collected_at[jid] = sim.now
+        return False
+
+    def quiet(self, sim) -> bool:
+        self.observe(sim)
+        delivered = {d[0] for d in self.deliveries}
+        pending = [j for j, p in self.produced.items()
+                   if j not in delivered and self.must_survive(j, p)]
+        return not pending and not self.leftovers()
+
+    def leftovers(self) -> dict:
+        """Jobs still held that should be gone: everything but at-most-once jobs
+        delivered and never acked (they wait for their TTL, as specified)."""
+        left = {}
+        for h in self.sim.hosts.values():
+            if h.alive and h.node.node.job_count:
+                jobs = [j.id for j in h.node.node.iter_jobs()
+                        if not (j.retry == 0 and j.state != ACKED and j.id not in self.acked
+                                and any(d[0] == j.id for d in self.deliveries))]
+                if jobs:
+                    left[h.name] = jobs
+        return left
+
+    def must_survive(self, jid: bytes, p: dict) -> bool:
+        """SPEC 9.1: acknowledged (sync) and fewer than REPLICATE holders lost.
+        At-most-once (RETRY 0) jobs are exempt: one moved by federation is lost
+        with the YOURJOBS message if that is lost, as in Disque."""
+        if p["async"] or p["retry"] == 0:
+            return False
+        lost = sum(1 for h in p["holders"] if any(t >= p["time"] for t in self.crashed_at[h]))
+        return lost < p["repl"]
+
+    # -- the run --------------------------------------------------------------------
+    def run(self) -> Report:
+        sim, rng = self.sim, self.rng
+        for i in range(1, self.n):
+            prev = sim.hosts[self.names[i - 1]]
+            self.command(self.names[i], ["CLUSTER", "MEET", prev.ip, prev.port, prev.bus_port],
+                         lambda r: None)
+        sim.run_for(1500)
+        for name in self.names:
+            self.consume(name, sim.hosts[name].incarnation)
+        for i in range(self.njobs):
+            sim.at(sim.now + rng.randint(0, self.chaos_ms), lambda s, i=i: self.produce(i))
+        if self.faults:
+            for _ in range(rng.randint(1, 4)):
+                sim.at(sim.now + rng.randint(0, self.chaos_ms), lambda s: self.fault())
+        sim.run_for(self.chaos_ms + 500, until=self.observe, poll=100)
+        # Heal everything and let the consumers ack whatever comes.
+        self.final = True
+        sim.heal()
+        sim.net.drop = sim.net.duplicate = 0.0
+        for name in self.names:
+            self.restart(name)
+        if not sim.run_for(240_000, until=self.quiet, poll=200):
+            left = self.leftovers()
+            delivered = {d[0] for d in self.deliveries}
+            lost = [j for j, p in self.produced.items()
+                    if j not in delivered and self.must_survive(j, p)]
+            if lost:
+                self.violation(f"acknowledged jobs never delivered: {lost}")
+            if left:
+                self.violation(f"jobs still held after heal (acks not collected): {left}")
+        return self.report()
+
+    def unasked(self, jid: bytes, prev: int, t: int) -> bool:
+        """A redelivery nobody asked for: after the consumer acked it, or sooner
+        than RETRY after the previous delivery with no NACK in between."""
+        if self.acked_at.get(jid, t) < t:
+            return True
+        if any(prev <= n <= t for n in self.nacked_at.get(jid, ())):
+            return False
+        p = self.produced.get(jid)
+        retry_ms = (p["retry"] if p else 1) * 1000
+        return t - prev < retry_ms - 300
+
+    def report(self) -> Report:
+        r = Report(self.seed, self.violations, produced=len(self.produced),
+                   deliveries=len(self.deliveries), sim_time=self.sim.now)
+        seen: dict[bytes, int] = {}
+        last: dict[bytes, int] = {}
+        for jid, t, _h in self.deliveries:
+            seen[jid] = seen.get(jid, 0) + 1
+            if jid in last and self.unasked(jid, last[jid], t):
+                r.duplicates += 1
+            last[jid] = t
+        r.distinct_delivered = len(seen)
+        for jid, count in seen.items():
+            p = self.produced.get(jid)
+            retry = p["retry"] if p else None
+            if retry == 0 and count > 1:
+                self.violation(f"RETRY 0 job {jid!r} delivered {count} times")
+            elif count > 1:
+                r.at_least_once_redeliveries += count - 1
+        return r
+
+
+__all__ = ["Workload", "Report", "ACKED"]

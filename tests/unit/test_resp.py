@@ -1,0 +1,649 @@
+"""protocol/resp.py: request readers (PyReader == HiredisReader) and reply encoder.
+
+Reader tests run every input through both readers and require the same
+*trace*: after each feed, the commands returned and the error raised (if any).
+Comparing traces, not just final results, also checks that errors appear at the
+same moment ("$99999999999" must fail before its body arrives).
+"""
+
+from __future__ import annotations
+
+import enum
+import socket
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from redis._parsers import _HiredisParser, _RESP2Parser, _RESP3Parser
+from redis._parsers.encoders import Encoder
+
+from protocol import resp
+from protocol.resp import (
+    NULL_ARRAY,
+    OK,
+    Error,
+    HiredisReader,
+    Map,
+    ProtocolError,
+    Push,
+    PyReader,
+    Raw,
+    Status,
+    Verbatim,
+    encode,
+    encode_many,
+    get_encoder,
+    split_args,
+    string2ll,
+)
+
+READERS = [PyReader, HiredisReader]
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+
+def trace(reader_cls, chunks, **limits):
+    """Feed chunks one by one, draining gets() after each.
+
+    Returns [(chunk index, [argv, ...]), ...] and, last, ("error", text) if a
+    ProtocolError was raised (feeding stops there).
+    """
+    r = reader_cls(**limits)
+    out = []
+    for i, chunk in enumerate(chunks):
+        got = []
+        try:
+            r.feed(chunk)
+            while (argv := r.gets()) is not False:
+                got.append(argv)
+        except ProtocolError as e:
+            out.append((i, got))
+            out.append(("error", str(e)))
+            return out
+        out.append((i, got))
+    out.append(("pending", r.pending()))
+    return out
+
+
+def both(chunks, **limits):
+    """The trace both readers give; fails if they differ."""
+    a = trace(PyReader, chunks, **limits)
+    b = trace(HiredisReader, chunks, **limits)
+    assert a == b, f"PyReader {a!r} != HiredisReader {b!r}"
+    return a
+
+
+def commands(t):
+    """All commands of a trace, flattened."""
+    return [argv for item in t if isinstance(item[0], int) for argv in item[1]]
+
+
+def error(t):
+    return t[-1][1] if t[-1][0] == "error" else None
+
+
+def parse(data: bytes, **limits):
+    """(commands, error text or None) for data fed at once, checked on both readers."""
+    t = both([data], **limits)
+    return commands(t), error(t)
+
+
+def multibulk(*args: bytes) -> bytes:
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%b\r\n" % (len(a), a) for a in args)
+
+
+def splits(data: bytes):
+    """Every two-piece split and the byte-by-byte feed."""
+    for i in range(len(data) + 1):
+        yield [data[:i], data[i:]]
+    yield [data[i:i + 1] for i in range(len(data))]
+
+
+# ---------------------------------------------------------------------------
+# multibulk requests
+# ---------------------------------------------------------------------------
+
+BATCH = (
+    multibulk(b"ADDJOB", b"queue", b"body", b"0")
+    + multibulk(b"GETJOB", b"FROM", b"queue")
+    + b"*0\r\n*-1\r\n"
+    + multibulk(b"SET", b"", b"bin\r\n\x00\xff\r\n")
+    + b"PING\r\n\r\n  \r\nECHO \"a b\"\n"
+    + multibulk(b"X" * 300)
+)
+BATCH_COMMANDS = [
+    [b"ADDJOB", b"queue", b"body", b"0"],
+    [b"GETJOB", b"FROM", b"queue"],
+    [b"SET", b"", b"bin\r\n\x00\xff\r\n"],
+    [b"PING"],
+    [b"ECHO", b"a b"],
+    [b"X" * 300],
+]
+
+
+def test_batch_at_once():
+    assert parse(BATCH) == (BATCH_COMMANDS, None)
+
+
+def test_batch_every_split_point_and_byte_by_byte():
+    for chunks in splits(BATCH):
+        t = both(chunks)
+        assert error(t) is None
+        assert commands(t) == BATCH_COMMANDS
+        assert t[-1] == ("pending", 0)
+
+
+def test_command_returned_as_soon_as_complete():
+    data = multibulk(b"PING")
+    t = both([data[:-1], data[-1:]])
+    assert t[:2] == [(0, []), (1, [[b"PING"]])]
+
+
+def test_zero_length_and_binary_bulks():
+    body = b"\r\n$3\r\n*1\r\n\x00\r"
+    assert parse(multibulk(b"", body, b"")) == ([[b"", body, b""]], None)
+
+
+def test_empty_and_null_multibulk_are_skipped():
+    assert parse(b"*0\r\n*-1\r\n*-5\r\n*-9223372036854775808\r\n" + multibulk(b"A")) == ([[b"A"]], None)
+
+
+@pytest.mark.parametrize("data, text", [
+    (b"*x\r\n", resp.ERR_MBULK_LEN),
+    (b"*\r\n", resp.ERR_MBULK_LEN),
+    (b"*01\r\n", resp.ERR_MBULK_LEN),
+    (b"*+1\r\n", resp.ERR_MBULK_LEN),
+    (b"* 1\r\n", resp.ERR_MBULK_LEN),
+    (b"*-0\r\n", resp.ERR_MBULK_LEN),
+    (b"*-\r\n", resp.ERR_MBULK_LEN),
+    (b"*99999999999\r\n", resp.ERR_MBULK_LEN),
+    (b"*1048577\r\n", resp.ERR_MBULK_LEN),
+    (b"*-9223372036854775809\r\n", resp.ERR_MBULK_LEN),
+    (b"*99999999999999999999999\r\n", resp.ERR_MBULK_LEN),
+    (b"*1\rX$1\r\na\r\n", resp.ERR_MBULK_LEN),   # CR must be followed by LF
+    (b"*1\x00\r\n", resp.ERR_MBULK_LEN),
+    (b"*1\r\n$99999999999\r\n", resp.ERR_BULK_LEN),
+    (b"*1\r\n$-1\r\n", resp.ERR_BULK_LEN),
+    (b"*1\r\n$-5\r\n", resp.ERR_BULK_LEN),
+    (b"*1\r\n$x\r\n", resp.ERR_BULK_LEN),
+    (b"*1\r\n$\r\n", resp.ERR_BULK_LEN),
+    (b"*1\r\n$03\r\nabc\r\n", resp.ERR_BULK_LEN),
+    (b"*1\r\n$3\rXabc\r\n", resp.ERR_BULK_LEN),
+    (b"*1\r\n$536870913\r\n", resp.ERR_BULK_LEN),    # > 512 MB default
+    (b"*1\r\n+OK\r\n", "ERR Protocol error: expected '$', got '+'"),
+    (b"*1\r\n:1\r\n", "ERR Protocol error: expected '$', got ':'"),
+    (b"*2\r\n$1\r\na\r\n*1\r\n$1\r\nb\r\n", "ERR Protocol error: expected '$', got '*'"),
+    (b"*1\r\n\r\n", "ERR Protocol error: expected '$', got ' '"),
+    (b"*1\r\n-ERR\r\n", "ERR Protocol error: expected '$', got '-'"),
+    (b"*1\r\n%1\r\n$1\r\na\r\n$1\r\nb\r\n", "ERR Protocol error: expected '$', got '%'"),
+    (b"*1\r\n$3\r\nfooXY", resp.ERR_BULK_CRLF),
+    (b"*1\r\n$3\r\nfoo\rX", resp.ERR_BULK_CRLF),
+    (b"*1\r\n$3\r\nfoo\n\r", resp.ERR_BULK_CRLF),
+])
+def test_malformed_multibulk(data, text):
+    for chunks in splits(data):
+        assert error(both(chunks)) == text, chunks
+
+
+def test_huge_lengths_fail_before_the_body():
+    # Only the header has arrived: no waiting for 99999999999 bytes.
+    t = both([b"*1\r\n", b"$99999999999\r\n"])
+    assert t == [(0, []), (1, []), ("error", resp.ERR_BULK_LEN)]
+    t = both([b"*99999999999\r\n"])
+    assert error(t) == resp.ERR_MBULK_LEN
+    # The same, after complete commands in the same chunk.
+    t = both([multibulk(b"A") * 3 + b"*2\r\n$1\r\nx\r\n$99999999999\r\n"])
+    assert t == [(0, [[b"A"]] * 3), ("error", resp.ERR_BULK_LEN)]
+
+
+def test_custom_limits():
+    lim = dict(max_bulk_len=10, max_multibulk_len=3)
+    assert parse(multibulk(b"x" * 10), **lim) == ([[b"x" * 10]], None)
+    assert parse(multibulk(b"x" * 11), **lim)[1] == resp.ERR_BULK_LEN
+    assert parse(multibulk(b"a", b"b", b"c"), **lim) == ([[b"a", b"b", b"c"]], None)
+    assert parse(multibulk(b"a", b"b", b"c", b"d"), **lim)[1] == resp.ERR_MBULK_LEN
+    # A big multibulk count is fine while within the limit: it just waits.
+    assert both([b"*1048576\r\n$1\r\na\r\n"])[-1] == ("pending", 17)
+
+
+def test_too_big_count_strings():
+    # No CR within 64 KB (+1) of a header's start is an error, however the
+    # bytes arrive; a shorter header line simply waits.
+    line = b"1" * (64 * 1024 - 1)  # with the '*' or '$': 64 KB exactly
+    assert error(both([b"*" + line])) is None
+    assert error(both([b"*" + line + b"1"])) == resp.ERR_MBULK_TOO_BIG
+    assert error(both([b"*1\r\n$" + line])) is None
+    assert error(both([b"*1\r\n$" + line + b"1"])) == resp.ERR_BULK_TOO_BIG
+    # A CR found in time but with garbage before it: the length is invalid.
+    assert error(both([b"*" + line[:100] + b"\r\n"])) == resp.ERR_MBULK_LEN
+    assert error(both([b"*" + line + b"1\r\n"])) == resp.ERR_MBULK_TOO_BIG
+    pieces = [b"*1\r\n$"] + [b"1" * 4096] * 17
+    assert error(both(pieces)) == resp.ERR_BULK_TOO_BIG
+
+
+def test_large_body_in_small_chunks():
+    body = bytes(range(256)) * 4096  # 1 MiB
+    data = multibulk(b"ADDJOB", b"q", body) + multibulk(b"PING")
+    chunks = [data[i:i + 16384] for i in range(0, len(data), 16384)]
+    t = both(chunks)
+    assert commands(t) == [[b"ADDJOB", b"q", body], [b"PING"]]
+    for r_cls in READERS:  # pending counts the incomplete command's bytes
+        r = r_cls()
+        r.feed(chunks[0])
+        assert r.gets() is False
+        r.feed(chunks[1])
+        assert r.gets() is False
+        assert r.pending() == 2 * 16384
+
+
+def test_many_arguments_in_small_chunks():
+    args = [b"%d" % i for i in range(20000)]
+    data = multibulk(*args)
+    chunks = [data[i:i + 1000] for i in range(0, len(data), 1000)]
+    assert commands(both(chunks)) == [args]
+
+
+def test_query_buffer_limit():
+    lim = dict(max_query_buffer=100)
+    # Incomplete data over the limit in one feed.
+    assert both([b"*1\r\n$200\r\n" + b"x" * 100], **lim)[-1] == ("error", resp.ERR_QUERY_BUFFER)
+    # Growing past the limit over several feeds, parsed arguments included.
+    chunks = [b"*3\r\n$40\r\n" + b"a" * 40 + b"\r\n", b"$40\r\n" + b"b" * 40, b"\r\n$5\r\n"]
+    t = both(chunks, **lim)
+    assert t[-1] == ("error", resp.ERR_QUERY_BUFFER)
+    assert t[-2] == (2, [])
+    # Complete commands are consumed, so a long session stays under it.
+    t = both([multibulk(b"x" * 50)] * 50, **lim)
+    assert error(t) is None and len(commands(t)) == 50
+    # Inline data without a newline counts too.
+    assert error(both([b"a" * 60, b"b" * 41], **lim)) == resp.ERR_QUERY_BUFFER
+
+
+def test_reader_stays_failed():
+    for r_cls in READERS:
+        r = r_cls()
+        r.feed(b"*1\r\n+x\r\n")
+        with pytest.raises(ProtocolError):
+            r.gets()
+        with pytest.raises(ProtocolError):
+            r.gets()
+        with pytest.raises(ProtocolError):
+            r.feed(multibulk(b"PING"))
+    for r_cls in READERS:
+        r = r_cls(max_query_buffer=10)
+        with pytest.raises(ProtocolError) as e:
+            r.feed(b"x" * 11)
+        assert str(e.value) == resp.ERR_QUERY_BUFFER
+        with pytest.raises(ProtocolError):
+            r.gets()
+
+
+def test_feed_accepts_bytes_like_and_empty():
+    data = multibulk(b"PING")
+    for r_cls in READERS:
+        r = r_cls()
+        r.feed(b"")
+        r.feed(bytearray(data[:3]))
+        r.feed(memoryview(data)[3:])
+        assert r.gets() == [b"PING"]
+        assert r.gets() is False
+        assert r.gets() is False
+        assert r.pending() == 0
+
+
+def test_returned_args_are_bytes():
+    for r_cls in READERS:
+        r = r_cls()
+        r.feed(multibulk(b"A", b"bc") + b"X y\r\n")
+        for argv in (r.gets(), r.gets()):
+            assert type(argv) is list and all(type(a) is bytes for a in argv)
+
+
+def test_hiredis_specific_inputs():
+    # Things hiredis.Reader accepts as replies but a request parser must not,
+    # and top-level reply types that are inline commands for a server.
+    cases = [
+        b"*3\r\n+OK\r\n:5\r\n$-1\r\n",
+        b"*1\r\n=7\r\ntxt:foo\r\n",
+        b"*1\r\n(123\r\n",
+        b"*1\r\n,1.5\r\n",
+        b"*1\r\n#t\r\n",
+        b"*1\r\n_\r\n",
+        b"*1\r\n~1\r\n$1\r\na\r\n",
+        b">2\r\n$1\r\na\r\n$1\r\nb\r\n",
+        b"~2\r\n$1\r\na\r\n$1\r\nb\r\n",
+        b"%1\r\n$1\r\na\r\n$1\r\nb\r\n",
+        b"+OK\r\n",
+        b":1\r\n",
+        b"$3\r\nfoo\r\n",
+        b"-ERR x\r\n",
+        b"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n$1\r\na\r\n",
+    ]
+    for data in cases:
+        for chunks in splits(data + multibulk(b"NEXT")):
+            both(chunks)
+
+
+# ---------------------------------------------------------------------------
+# inline commands
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("line, argv", [
+    (b"PING", [b"PING"]),
+    (b"  set  a   b  ", [b"set", b"a", b"b"]),
+    (b"\tA\tB", [b"A", b"B"]),
+    (b'ECHO "hello world"', [b"ECHO", b"hello world"]),
+    (b'ECHO "a\\x41\\x4a\\n\\r\\t\\b\\a\\"\\\\\\q"', [b"ECHO", b"aAJ\n\r\t\b\a\"\\q"]),
+    (b'ECHO "\\x4"', [b"ECHO", b"x4"]),
+    (b'ECHO "\\xzz"', [b"ECHO", b"xzz"]),
+    (b"ECHO 'it''s'", None),
+    (b"ECHO 'it\\'s' 'a\\nb'", [b"ECHO", b"it's", b"a\\nb"]),
+    (b'ECHO ""', [b"ECHO", b""]),
+    (b"ECHO ''", [b"ECHO", b""]),
+    (b'ECHO a"b c"d', None),          # closing quote must be followed by a space
+    (b'ECHO a"b c" d', [b"ECHO", b"ab c", b"d"]),
+    (b'ECHO "abc', None),
+    (b"ECHO 'abc", None),
+    (b'ECHO "abc\\', None),
+    (b"A\x0bB \x0cC", [b"A\x0bB", b"C"]),  # \v and \f: blanks between words, not word ends
+    (b"\x0b\x0cA", [b"A"]),
+    (b"A\rB", [b"A", b"B"]),
+    (b"A\x00B C", [b"A"]),            # a C string: NUL ends it
+    (b"\xff\xfe x", [b"\xff\xfe", b"x"]),
+    (b'"\xff"', [b"\xff"]),
+    (b"A\x1cB", [b"A\x1cB"]),
+])
+def test_split_args(line, argv):
+    assert split_args(line) == argv
+
+
+@pytest.mark.parametrize("data, cmds, err", [
+    (b"PING\r\n", [[b"PING"]], None),
+    (b"PING\n", [[b"PING"]], None),
+    (b"PING\r\r\n", [[b"PING"]], None),
+    (b"\r\n\n  \r\n\t\nPING\r\n", [[b"PING"]], None),
+    (b"PING", [], None),
+    (b'SET k "v 1"\r\nGET k\r\n', [[b"SET", b"k", b"v 1"], [b"GET", b"k"]], None),
+    (b'PING\r\nECHO "x\r\nPING\r\n', [[b"PING"]], resp.ERR_UNBALANCED),
+    (b"$3\r\nfoo\r\n", [[b"$3"], [b"foo"]], None),
+    (b"PING\r\n" + multibulk(b"A") + b"B\r\n", [[b"PING"], [b"A"], [b"B"]], None),
+])
+def test_inline(data, cmds, err):
+    for chunks in splits(data):
+        t = both(chunks)
+        assert commands(t) == cmds
+        assert error(t) == err
+
+
+def test_inline_too_big():
+    line = b"a" * (64 * 1024)
+    assert commands(both([line + b"\n"])) == [[line]]
+    assert error(both([line])) is None
+    assert error(both([line + b"a"])) == resp.ERR_INLINE_TOO_BIG
+    assert error(both([line + b"a\n"])) == resp.ERR_INLINE_TOO_BIG
+    assert error(both([b"a" * 30000] * 3)) == resp.ERR_INLINE_TOO_BIG
+
+
+# ---------------------------------------------------------------------------
+# string2ll
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("s, v", [
+    (b"0", 0), (b"1", 1), (b"-1", -1), (b"123", 123),
+    (b"9223372036854775807", 2**63 - 1), (b"-9223372036854775808", -2**63),
+    (b"9223372036854775808", None), (b"-9223372036854775809", None),
+    (b"", None), (b"-", None), (b"-0", None), (b"01", None), (b"+1", None),
+    (b" 1", None), (b"1 ", None), (b"1_0", None), (b"\xd9\xa1", None), (b"00", None),
+    (b"1" * 21, None), (b"1e3", None),
+])
+def test_string2ll(s, v):
+    assert string2ll(s) == v
+
+
+# ---------------------------------------------------------------------------
+# property tests: both readers, random inputs, random split points
+# ---------------------------------------------------------------------------
+
+args_st = st.lists(st.binary(max_size=40), min_size=1, max_size=6)
+# Words that an inline command carries unchanged.
+inline_word = st.text(alphabet="abcXYZ019:-_", min_size=1, max_size=8).map(str.encode)
+
+
+@st.composite
+def request_stream(draw):
+    """A list of commands, their serialization, and a random way to cut it."""
+    cmds, parts = [], []
+    for _ in range(draw(st.integers(1, 8))):
+        kind = draw(st.sampled_from(["multibulk", "multibulk", "inline", "skip"]))
+        if kind == "multibulk":
+            argv = draw(args_st)
+            cmds.append(argv)
+            parts.append(multibulk(*argv))
+        elif kind == "inline":
+            argv = draw(st.lists(inline_word, min_size=1, max_size=4))
+            cmds.append(argv)
+            parts.append(b" ".join(argv) + draw(st.sampled_from([b"\r\n", b"\n"])))
+        else:
+            parts.append(draw(st.sampled_from([b"*0\r\n", b"*-1\r\n", b"\r\n", b"\n", b"  \n"])))
+    data = b"".join(parts)
+    cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=10)))
+    return cmds, data, cut(data, cuts)
+
+
+def cut(data, cuts):
+    bounds = [0, *cuts, len(data)]
+    return [data[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(request_stream())
+def test_property_valid_streams_round_trip(stream):
+    cmds, data, chunks = stream
+    t = both(chunks)
+    assert error(t) is None
+    assert commands(t) == cmds
+    assert t[-1] == ("pending", 0)
+
+
+# Garbage built from RESP-looking tokens finds far more parser paths than
+# uniform random bytes.
+TOKENS = [b"*", b"$", b"\r\n", b"\r", b"\n", b"0", b"1", b"2", b"3", b"-", b"-1",
+          b"+", b":", b"~", b">", b"%", b"=", b"_", b"#", b",", b"(", b"!",
+          b" ", b'"', b"'", b"\\", b"x", b"A", b"\x00", b"\xff", b"99999999999",
+          b"*1\r\n", b"*2\r\n", b"$1\r\n", b"$3\r\n", b"$0\r\n", b"foo", b"\r\n\r\n",
+          b"PING\r\n", b"txt:"]
+
+garbage_st = st.one_of(
+    st.binary(max_size=60),
+    st.lists(st.sampled_from(TOKENS), max_size=30).map(b"".join),
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(garbage_st, st.lists(st.integers(0, 200), max_size=6), st.sampled_from([None, 5, 40]))
+def test_property_garbage_same_in_both_readers(data, cuts, limit):
+    cuts = sorted(c for c in cuts if c <= len(data))
+    limits = {} if limit is None else dict(max_bulk_len=limit, max_multibulk_len=limit,
+                                           max_query_buffer=limit * 3)
+    t = both(cut(data, cuts), **limits)
+    # Splitting never changes the outcome, only the query buffer limit is about
+    # what is buffered at one time.
+    if limit is None:
+        whole = both([data])
+        assert commands(t) == commands(whole)
+        assert error(t) == error(whole)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(request_stream(), garbage_st, st.lists(st.integers(0, 400), max_size=6))
+def test_property_valid_then_garbage(stream, garbage, cuts):
+    cmds, data, _ = stream
+    data += garbage
+    t = both(cut(data, sorted(c for c in cuts if c <= len(data))))
+    assert commands(t)[:len(cmds)] == cmds
+
+
+# ---------------------------------------------------------------------------
+# encoder: exact bytes
+# ---------------------------------------------------------------------------
+
+
+class Color(enum.IntEnum):
+    RED = 7
+
+
+class MyStatus(Status):
+    pass
+
+
+ENCODE_CASES = [
+    # value, RESP2, RESP3
+    (b"abc", b"$3\r\nabc\r\n", b"$3\r\nabc\r\n"),
+    (b"", b"$0\r\n\r\n", b"$0\r\n\r\n"),
+    (b"a\r\nb", b"$4\r\na\r\nb\r\n", b"$4\r\na\r\nb\r\n"),
+    (bytearray(b"xy"), b"$2\r\nxy\r\n", b"$2\r\nxy\r\n"),
+    (memoryview(b"xyz"), b"$3\r\nxyz\r\n", b"$3\r\nxyz\r\n"),
+    ("é", b"$2\r\n\xc3\xa9\r\n", b"$2\r\n\xc3\xa9\r\n"),
+    (0, b":0\r\n", b":0\r\n"),
+    (-42, b":-42\r\n", b":-42\r\n"),
+    (2**63 - 1, b":9223372036854775807\r\n", b":9223372036854775807\r\n"),
+    (2**63, b"$19\r\n9223372036854775808\r\n", b"(9223372036854775808\r\n"),
+    (True, b":1\r\n", b"#t\r\n"),
+    (False, b":0\r\n", b"#f\r\n"),
+    (Color.RED, b":7\r\n", b":7\r\n"),
+    (1.5, b"$3\r\n1.5\r\n", b",1.5\r\n"),
+    (float("inf"), b"$3\r\ninf\r\n", b",inf\r\n"),
+    (float("-inf"), b"$4\r\n-inf\r\n", b",-inf\r\n"),
+    (None, b"$-1\r\n", b"_\r\n"),
+    (NULL_ARRAY, b"*-1\r\n", b"_\r\n"),
+    ([], b"*0\r\n", b"*0\r\n"),
+    ([b"q", b"id", b"body"], b"*3\r\n$1\r\nq\r\n$2\r\nid\r\n$4\r\nbody\r\n",
+     b"*3\r\n$1\r\nq\r\n$2\r\nid\r\n$4\r\nbody\r\n"),
+    ((1, [b"a", None]), b"*2\r\n:1\r\n*2\r\n$1\r\na\r\n$-1\r\n", b"*2\r\n:1\r\n*2\r\n$1\r\na\r\n_\r\n"),
+    (OK, b"+OK\r\n", b"+OK\r\n"),
+    (MyStatus("yes"), b"+yes\r\n", b"+yes\r\n"),
+    (Status("a\r\nb"), b"+a  b\r\n", b"+a  b\r\n"),
+    (Error("ERR unknown command 'x'"), b"-ERR unknown command 'x'\r\n", b"-ERR unknown command 'x'\r\n"),
+    (Error("ERR bad\nline"), b"-ERR bad line\r\n", b"-ERR bad line\r\n"),
+    (ProtocolError(resp.ERR_BULK_LEN), b"-ERR Protocol error: invalid bulk length\r\n",
+     b"-ERR Protocol error: invalid bulk length\r\n"),
+    (Map({b"server": b"disque", b"proto": 3}),
+     b"*4\r\n$6\r\nserver\r\n$6\r\ndisque\r\n$5\r\nproto\r\n:3\r\n",
+     b"%2\r\n$6\r\nserver\r\n$6\r\ndisque\r\n$5\r\nproto\r\n:3\r\n"),
+    ({"a": [1]}, b"*2\r\n$1\r\na\r\n*1\r\n:1\r\n", b"%1\r\n$1\r\na\r\n*1\r\n:1\r\n"),
+    (Verbatim("# Server\r\n"), b"$10\r\n# Server\r\n\r\n", b"=14\r\ntxt:# Server\r\n\r\n"),
+    (Push([b"message", b"c", b"hi"]), b"*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$2\r\nhi\r\n",
+     b">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$2\r\nhi\r\n"),
+    (frozenset([b"a"]), b"*1\r\n$1\r\na\r\n", b"~1\r\n$1\r\na\r\n"),
+    (Raw(b"+precomputed\r\n"), b"+precomputed\r\n", b"+precomputed\r\n"),
+    ([Raw(b":1\r\n"), Status("x")], b"*2\r\n:1\r\n+x\r\n", b"*2\r\n:1\r\n+x\r\n"),
+]
+
+
+@pytest.mark.parametrize("value, r2, r3", ENCODE_CASES)
+def test_encode_exact(value, r2, r3):
+    assert encode(value) == r2
+    assert encode(value, 2) == r2
+    assert encode(value, 3) == r3
+    assert get_encoder(2)(value) == r2
+    assert get_encoder(3)(value) == r3
+
+
+def test_encode_many_and_errors():
+    assert encode_many([OK, 1, None], 2) == b"+OK\r\n:1\r\n$-1\r\n"
+    assert encode_many([OK, 1, None], 3) == b"+OK\r\n:1\r\n_\r\n"
+    assert encode_many([]) == b""
+    with pytest.raises(ValueError):
+        encode(1, 4)
+    with pytest.raises(TypeError):
+        encode(object())
+    with pytest.raises(TypeError):
+        encode([b"ok", object()], 3)
+    assert repr(NULL_ARRAY) == "NULL_ARRAY"
+    assert resp.ENCODED_OK == encode(OK)
+    assert resp.ENCODED_NULL[3] == encode(None, 3)
+
+
+# ---------------------------------------------------------------------------
+# encoder: redis-py's parsers read what we write
+# ---------------------------------------------------------------------------
+
+
+class _Conn:
+    """The few attributes redis-py parsers read from a connection."""
+
+    def __init__(self, sock):
+        self._sock = sock
+        self.socket_timeout = 5
+        self.encoder = Encoder("utf-8", "strict", False)
+
+
+def redis_py_parse(parser_cls, data: bytes, count: int = 1, push=False):
+    a, b = socket.socketpair()
+    try:
+        a.sendall(data)
+        parser = parser_cls(socket_read_size=65536)
+        parser.on_connect(_Conn(b))
+        try:
+            kwargs = {"push_request": True} if push else {}
+            return [parser.read_response(**kwargs) for _ in range(count)]
+        finally:
+            parser.on_disconnect()
+    finally:
+        a.close()
+        b.close()
+
+
+PARSERS = {2: [_RESP2Parser, _HiredisParser], 3: [_RESP3Parser, _HiredisParser]}
+
+ROUND_TRIP = [
+    # value, decoded by RESP2 parsers, decoded by RESP3 parsers
+    (b"bin\r\n\x00", b"bin\r\n\x00", b"bin\r\n\x00"),
+    ("text", b"text", b"text"),
+    (12, 12, 12),
+    (-(2**63), -(2**63), -(2**63)),
+    (True, 1, True),
+    (2.5, b"2.5", 2.5),
+    (None, None, None),
+    (NULL_ARRAY, None, None),
+    (OK, b"OK", b"OK"),
+    ([b"q", b"D-1", b"body", b"nacks", 0], [b"q", b"D-1", b"body", b"nacks", 0],
+     [b"q", b"D-1", b"body", b"nacks", 0]),
+    ([[b"a", [None, 1]], []], [[b"a", [None, 1]], []], [[b"a", [None, 1]], []]),
+    (Map({b"proto": 3, b"modules": []}), [b"proto", 3, b"modules", []], {b"proto": 3, b"modules": []}),
+    (Verbatim("info"), b"info", b"info"),
+]
+
+
+@pytest.mark.parametrize("proto", [2, 3])
+@pytest.mark.parametrize("value, d2, d3", ROUND_TRIP)
+def test_redis_py_parsers_decode(proto, value, d2, d3):
+    expected = d2 if proto == 2 else d3
+    data = encode(value, proto) + encode(b"sentinel", proto)
+    for parser_cls in PARSERS[proto]:
+        got = redis_py_parse(parser_cls, data, count=2)
+        assert got == [expected, b"sentinel"], parser_cls.__name__
+
+
+@pytest.mark.parametrize("proto", [2, 3])
+def test_redis_py_parsers_decode_errors_and_push(proto):
+    for parser_cls in PARSERS[proto]:
+        err, = redis_py_parse(parser_cls, encode(Error("ERR unknown command 'x'"), proto))
+        assert isinstance(err, Exception) and str(err) == "unknown command 'x'"
+    for parser_cls in PARSERS[proto]:
+        got, = redis_py_parse(parser_cls, encode(Push([b"message", b"ch", b"hi"]), proto), push=proto == 3)
+        assert list(got) == [b"message", b"ch", b"hi"]
+
+
+def test_reader_reads_what_clients_send():
+    # What redis-py itself writes for commands is what the readers accept.
+    from redis.connection import PythonRespSerializer
+
+    packed = PythonRespSerializer(65536, Encoder("utf-8", "strict", False).encode).pack(
+        "ADDJOB", "queue", b"\x00body\r\n", 0, "REPLICATE", 1)
+    assert parse(b"".join(packed)) == ([[b"ADDJOB", b"queue", b"\x00body\r\n", b"0", b"REPLICATE", b"1"]], None)
