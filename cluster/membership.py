@@ -423,8 +423,9 @@ class Membership:
         mtype = msg.type
         me = self.myself
         if msg.sender == me.id:
-            # Our own PING came back: we met our own address. Drop that handshake.
-            if mtype == PONG:
+            # Our own PING/MEET came back: we met our own address. Drop that
+            # handshake (no need to answer ourselves).
+            if mtype in (PING, MEET, PONG):
                 dest = self.nodes.get(msg.payload) if isinstance(msg.payload, str) else None
                 if dest is not None and dest.flags & FLAG_HANDSHAKE:
                     self._delete(dest)
@@ -441,7 +442,7 @@ class Membership:
             if not me.ip and link is not None and link.local_ip:
                 me.ip = link.local_ip
                 self._dirty = True
-            if sender is None and ip:
+            if sender is None and ip and msg.bus_port:
                 # "MEET on either side joins": trust the sender, handshake back
                 # to it, and trust its gossip for discovery.
                 self._start_handshake(ip, msg.port, msg.bus_port, now, meet=False)
@@ -460,13 +461,12 @@ class Membership:
             if dest is not None and dest is not sender and dest is not me:
                 if dest.flags & FLAG_HANDSHAKE:
                     if sender is None:
-                        if msg.sender in self.blacklist:
-                            self._delete(dest)
-                        else:
-                            # Handshake done: the temporary node takes the real id.
-                            self._delete(dest)
-                            sender = self._add_real(msg.sender, ip, msg.port,
-                                                    msg.bus_port, now)
+                        # Handshake done: the temporary node takes the real id. (No
+                        # blacklist check, as in Redis: gossip can't start a
+                        # handshake for a blacklisted id, an explicit MEET may.)
+                        self._delete(dest)
+                        sender = self._add_real(msg.sender, ip, msg.port,
+                                                msg.bus_port, now)
                     else:
                         # We already knew that node: drop the handshake node.
                         self._delete(dest)
@@ -620,8 +620,9 @@ class Membership:
                         and not flags & (FLAG_PFAIL | FLAG_FAIL | FLAG_HANDSHAKE)):
                     node.flags |= FLAG_PFAIL
                     self._event(NODE_PFAIL, node.id)
-            elif now - node.pong_received > half:
-                # Every node is pinged at least every node_timeout/2.
+            elif not node.pong_received or now - node.pong_received > half:
+                # Every node is pinged at least every node_timeout/2 (and at once
+                # when it never answered: a new handshake, a node from nodes.conf).
                 self._ping(node, now)
             if node.flags & FLAG_PFAIL:
                 self._mark_failing_if_needed(node, now)

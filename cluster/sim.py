@@ -85,6 +85,7 @@ class SimHost:
     alive: bool = False
     incarnation: int = 0
     saved: str | None = None
+    node_id: str | None = None     # id of the last incarnation (kept after a crash)
     links: dict = field(default_factory=dict)   # dest node id -> link up (our side)
 
     def now(self, sim_now: int) -> int:
@@ -145,6 +146,7 @@ class Simulation:
         host.links = {}
         rng = random.Random(self._node_seed_rng.getrandbits(64))
         host.node = self.factory(host, host.saved, rng, host.now(self.now))
+        host.node_id = host.node.node_id
         self._record("start", name, host.node.node_id)
         self._schedule(self.now + self.rng.randrange(self.tick_interval), _TICK,
                        host, host.incarnation)

@@ -71,9 +71,9 @@ def addjob(node, client, argv):
     if delay >= ttl:
         raise CommandError("ERR The specified DELAY is greater than or equal to the job TTL")
 
-    # Over 75% of maxmemory, or leaving, we keep no local copy (SPEC sections 6, 8)
-    # when there is another node to hold it; a lone node keeps it until OOM.
-    external = reachable > 1 and (node.leaving or node.memory_level() >= 1)
+    # Leaving, or over 75% of maxmemory, we keep no local copy (SPEC sections 6, 8);
+    # for memory only when another node can hold it: a lone node keeps it until OOM.
+    external = node.leaving or (reachable > 1 and node.memory_level() >= 1)
     if replicate > (reachable - 1 if external else reachable):
         return NOREPL_NODES
 

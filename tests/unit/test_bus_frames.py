@@ -1,0 +1,346 @@
+"""Bus wire format (protocol/bus.py) and the asyncio bus shell (cluster/bus.py)."""
+
+import asyncio
+import random
+import struct
+import time
+
+import msgpack
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from cluster.bus import BusDriver, ClusterBus
+from cluster.membership import Membership, random_node_id
+from protocol import bus
+from protocol.bus import (
+    BusMessage, BusProtocolError, FrameReader, GossipEntry, decode_body, encode_body,
+    encode_frame,
+)
+
+A = "a" * 40
+B = "0123456789abcdef0123456789abcdef01234567"
+
+ALL_TYPES = [bus.PING, bus.PONG, bus.MEET, bus.FAIL, bus.REPLJOB, bus.YOURJOBS,
+             bus.GOTJOB, bus.ENQUEUE, bus.NEEDJOBS, bus.SETACK, bus.GOTACK, bus.DELJOB,
+             bus.WORKING, bus.WILLQUEUE, bus.QUEUED, bus.PAUSE]
+
+
+def sample(mtype=bus.PING, payload=None, gossip=None):
+    return BusMessage(mtype, A, "10.0.0.1", 7711, 17711, bus.FLAG_LEAVING,
+                      gossip if gossip is not None else
+                      [GossipEntry(B, "10.0.0.2", 7712, 17712, bus.FLAG_PFAIL, 120, -1)],
+                      payload)
+
+
+def frame_of(obj) -> bytes:
+    body = msgpack.packb(obj, use_bin_type=True)
+    return struct.pack(">I", len(body)) + body
+
+
+def read_all(data: bytes, max_frame_size=bus.DEFAULT_MAX_FRAME_SIZE):
+    r = FrameReader(max_frame_size)
+    r.feed(data)
+    return list(r)
+
+
+def test_type_constants_are_distinct_and_named():
+    assert len(set(ALL_TYPES)) == len(ALL_TYPES)
+    assert set(bus.TYPE_NAMES) == set(ALL_TYPES)
+
+
+@pytest.mark.parametrize("mtype", ALL_TYPES)
+def test_round_trip_every_type(mtype):
+    payload = {"id": "D-aaaaaaaa-" + "x" * 24 + "-0001", "body": b"\x00\xffbinary",
+               "nodes": [A, B], "n": 3, "flag": True, "none": None}
+    msg = sample(mtype, payload)
+    (got,) = read_all(encode_frame(msg))
+    assert got == msg
+    assert isinstance(got.gossip[0], GossipEntry)
+    assert got.payload["body"] == b"\x00\xffbinary"      # bin stays bytes
+    assert isinstance(got.payload["id"], str)            # str stays str
+
+
+def test_frame_layout_is_length_prefix_plus_msgpack_array():
+    msg = sample(bus.FAIL, B, gossip=[])
+    frame = encode_frame(msg)
+    (n,) = struct.unpack(">I", frame[:4])
+    assert n == len(frame) - 4
+    assert msgpack.unpackb(frame[4:], raw=False) == [
+        bus.PROTOCOL_VERSION, bus.FAIL, A, "10.0.0.1", 7711, 17711, bus.FLAG_LEAVING, [], B]
+
+
+def test_partial_feeds_byte_by_byte():
+    msgs = [sample(t, {"i": i}) for i, t in enumerate(ALL_TYPES)]
+    data = b"".join(encode_frame(m) for m in msgs)
+    r = FrameReader()
+    got = []
+    for i in range(len(data)):
+        r.feed(data[i:i + 1])
+        got.extend(r)
+    assert got == msgs
+    assert r.buffered == 0
+
+
+def test_random_chunking_and_many_frames_in_one_feed():
+    rng = random.Random(7)
+    msgs = [sample(bus.REPLJOB, {"body": bytes(rng.randrange(256) for _ in range(rng.randrange(3000)))})
+            for _ in range(50)]
+    data = b"".join(encode_frame(m) for m in msgs)
+    assert read_all(data) == msgs
+    r = FrameReader()
+    got, pos = [], 0
+    while pos < len(data):
+        step = rng.randrange(1, 5000)
+        r.feed(data[pos:pos + step])
+        pos += step
+        got.extend(r)
+    assert got == msgs
+
+
+def test_incomplete_frame_yields_nothing_yet():
+    frame = encode_frame(sample())
+    r = FrameReader()
+    r.feed(frame[:-1])
+    assert list(r) == []
+    r.feed(frame[-1:])
+    assert len(list(r)) == 1
+
+
+def test_oversize_length_is_rejected_from_the_prefix_alone():
+    r = FrameReader(max_frame_size=1000)
+    r.feed(struct.pack(">I", 1001))          # no body needed to refuse it
+    with pytest.raises(BusProtocolError, match="length"):
+        list(r)
+    with pytest.raises(BusProtocolError):     # the reader stays broken
+        r.feed(b"more")
+
+
+def test_zero_length_frame_is_rejected():
+    with pytest.raises(BusProtocolError):
+        read_all(b"\x00\x00\x00\x00")
+
+
+def test_encode_refuses_oversize_messages():
+    with pytest.raises(BusProtocolError):
+        encode_frame(sample(bus.REPLJOB, b"x" * 2000), max_frame_size=1000)
+
+
+@pytest.mark.parametrize("body", [
+    b"\xc1",                                   # never-used msgpack byte
+    b"\x92\x01",                               # truncated array
+    msgpack.packb([1, 2, 3]) + b"\x00",        # trailing bytes
+])
+def test_garbage_body_raises_protocol_error(body):
+    with pytest.raises(BusProtocolError):
+        read_all(struct.pack(">I", len(body)) + body)
+
+
+GOOD = [bus.PROTOCOL_VERSION, bus.PING, A, "1.2.3.4", 1, 2, 0, [], None]
+
+
+@pytest.mark.parametrize("index,value", [
+    (0, 99),                  # unknown protocol version
+    (1, "ping"),              # type not an int
+    (2, "A" * 40),            # uppercase id
+    (2, "a" * 39),            # short id
+    (3, 5),                   # ip not a string
+    (4, 70000),               # port out of range
+    (5, -1),                  # bus port out of range
+    (6, "x"),                 # flags
+    (7, {}),                  # gossip not an array
+    (7, [[A, "ip", 1, 2, 0, 0]]),           # gossip entry too short
+    (7, [["zz", "ip", 1, 2, 0, 0, 0]]),     # gossip id invalid
+])
+def test_malformed_header_raises_protocol_error(index, value):
+    obj = list(GOOD)
+    obj[index] = value
+    with pytest.raises(BusProtocolError):
+        read_all(frame_of(obj))
+
+
+def test_not_an_array_raises():
+    with pytest.raises(BusProtocolError):
+        read_all(frame_of({"type": 1}))
+    with pytest.raises(BusProtocolError):
+        read_all(frame_of(GOOD[:-1]))
+
+
+def test_valid_frame_after_garbage_is_not_reached():
+    r = FrameReader()
+    r.feed(frame_of([1]) + encode_frame(sample()))
+    with pytest.raises(BusProtocolError):
+        list(r)
+    with pytest.raises(BusProtocolError):
+        next(r)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_only_ever_raise_protocol_error(data):
+    r = FrameReader(max_frame_size=4096)
+    try:
+        r.feed(data)
+        list(r)
+    except BusProtocolError:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1)
+                    | st.text(max_size=20) | st.binary(max_size=20),
+                    lambda inner: st.lists(inner, max_size=4)
+                    | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                    max_leaves=20))
+def test_any_msgpack_payload_round_trips(payload):
+    msg = sample(bus.REPLJOB, payload)
+    assert decode_body(encode_body(msg)).payload == payload
+
+
+# -- the asyncio shell ---------------------------------------------------------------
+
+async def wait_for(predicate, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+async def test_three_bus_endpoints_meet_chain_and_learn_each_other():
+    drivers = []
+    try:
+        for i in range(3):
+            rng = random.Random(i)
+            # bus_port 0: the driver listens on a free port and announces it.
+            m = Membership(random_node_id(rng), "127.0.0.1", 7711 + i, 0,
+                           node_timeout=2000, rng=rng)
+            d = BusDriver(m, host="127.0.0.1", port=0)
+            await d.start()
+            drivers.append(d)
+        # MEET chain: 1 meets 0, 2 meets 1; gossip must tell 0 and 2 about each other.
+        drivers[1].meet("127.0.0.1", drivers[0].bus.port)
+        drivers[2].meet("127.0.0.1", drivers[1].bus.port)
+        ids = {d.membership.node_id for d in drivers}
+
+        def joined():
+            for d in drivers:
+                m = d.membership
+                if set(m.known_ids()) != ids or len(m.nodes) != 3:
+                    return False
+                if any(not n.link or n.failing for n in m.nodes.values() if n is not m.myself):
+                    return False
+            return True
+
+        assert await wait_for(joined), [d.membership.nodes_lines() for d in drivers]
+        for d in drivers:
+            assert [p for *_, p in d.membership.hello_entries()] == [1, 1, 1]
+            assert d.membership.cluster_info()["cluster_reachable_nodes"] == 2
+            ports = {d2.bus.port for d2 in drivers}
+            assert {n.bus_port for n in d.membership.nodes.values()} == ports
+    finally:
+        for d in drivers:
+            await d.close()
+
+
+async def test_garbage_on_the_bus_closes_only_that_link():
+    got = []
+    b = ClusterBus(lambda link, msg: got.append(msg), host="127.0.0.1", port=0)
+    await b.start()
+    try:
+        r1, w1 = await asyncio.open_connection("127.0.0.1", b.port)
+        r2, w2 = await asyncio.open_connection("127.0.0.1", b.port)
+        w1.write(b"\x00\x00\x00\x03abc")
+        w2.write(encode_frame(sample()) + encode_frame(sample(bus.PONG)))
+        await w1.drain()
+        await w2.drain()
+        assert await asyncio.wait_for(r1.read(), 5) == b""        # closed by the bus
+        assert await wait_for(lambda: len(got) == 2)
+        w2.write(encode_frame(sample(bus.FAIL, B)))                # still open
+        assert await wait_for(lambda: len(got) == 3)
+        assert [m.type for m in got] == [bus.PING, bus.PONG, bus.FAIL]
+        w1.close()
+        w2.close()
+    finally:
+        await b.close()
+
+
+async def test_writes_are_coalesced_per_loop_turn():
+    got = []
+    server = ClusterBus(lambda link, msg: got.append(msg), host="127.0.0.1", port=0)
+    client = ClusterBus(lambda link, msg: None, host="127.0.0.1", port=0)
+    await server.start()
+    await client.start()
+    try:
+        client.send(A, "127.0.0.1", server.port, sample(payload=-1))
+        assert await wait_for(lambda: client.is_connected(A))
+        conn = client._peers[A].conn
+        writes = []
+        real_write = conn.transport.write
+        conn.transport.write = lambda data: (writes.append(len(data)), real_write(data))
+        for i in range(100):
+            client.send(A, "127.0.0.1", server.port, sample(payload=i))
+        assert await wait_for(lambda: len(got) == 101)
+        assert len(writes) == 1
+        assert [m.payload for m in got] == list(range(-1, 100))
+    finally:
+        await client.close()
+        await server.close()
+
+
+async def test_bus_detects_a_dead_node_and_clears_fail_when_it_restarts():
+    # Real sockets end to end: links fail, PFAIL -> FAIL by majority, the node
+    # restarts from its nodes.conf on the same port, reconnects, FAIL is cleared.
+    timeout = 600
+    saved = {}
+    drivers = []
+
+    async def start(i, conf=None, port=0):
+        rng = random.Random(100 + i)
+        if conf is None:
+            m = Membership(random_node_id(rng), "127.0.0.1", 7711 + i, port,
+                           node_timeout=timeout, rng=rng)
+        else:
+            m = Membership.from_nodes_conf(conf, ip="127.0.0.1", port=7711 + i,
+                                           bus_port=port, rng=rng, node_timeout=timeout)
+        d = BusDriver(m, host="127.0.0.1", port=port, tick_interval=0.05,
+                      on_save=lambda text: saved.__setitem__(i, text),
+                      backoff_min=0.05, backoff_max=0.2)
+        await d.start()
+        return d
+
+    try:
+        for i in range(3):
+            drivers.append(await start(i))
+        drivers[1].meet("127.0.0.1", drivers[0].bus.port)
+        drivers[2].meet("127.0.0.1", drivers[0].bus.port)
+        assert await wait_for(lambda: all(len(d.membership.known_ids()) == 3 for d in drivers))
+        victim = drivers[2]
+        vid, vport = victim.membership.node_id, victim.bus.port
+        await victim.close()
+
+        def failed():
+            return all(d.membership.nodes[vid].flags & bus.FLAG_FAIL for d in drivers[:2])
+
+        assert await wait_for(failed), [d.membership.nodes_lines() for d in drivers[:2]]
+        for d in drivers[:2]:
+            assert vid not in d.membership.reachable_ids()
+            (line,) = [l for l in d.membership.nodes_lines() if l.startswith(vid)]
+            assert " fail " in line and line.endswith(" disconnected")
+
+        drivers[2] = await start(2, saved[2], port=vport)       # same id, no MEET
+        assert drivers[2].membership.node_id == vid
+
+        def healed():
+            for d in drivers:
+                m = d.membership
+                if len(m.known_ids()) != 3:
+                    return False
+                if any(n.failing or not n.link for n in m.nodes.values() if n is not m.myself):
+                    return False
+            return True
+
+        assert await wait_for(healed), [d.membership.nodes_lines() for d in drivers]
+    finally:
+        for d in drivers:
+            await d.close()
