@@ -19,11 +19,15 @@ DEB_PKGS := redis-tools redis-server
 DEB_BINS := redis-cli redis-benchmark redis-server
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-PYTEST_ARGS ?= -q -n 2 -ra --durations=10
+# --dist loadgroup: tests marked @pytest.mark.xdist_group("name") (e.g. the ones
+# sharing one multi-node cluster per module) run on one worker; the rest are
+# spread as usual.
+PYTEST_ARGS ?= -q -n 2 --dist loadgroup -ra --durations=10
 
-# `make run` starts one node per port; with several ports the others MEET the first.
+# `make run` starts one node per port (default: a 3-node cluster); with several
+# ports the others MEET the first.
 HOST ?= 127.0.0.1
-PORTS ?= 7711
+PORTS ?= 7711 7712 7713
 BROKER ?= $(PY) -m broker
 RUN_DIR ?= run
 
@@ -62,31 +66,37 @@ test: deps venv pydisque-venv
 	if [ $$rc != 0 ]; then echo "pytest exited with code $$rc" >&2; fi; \
 	exit $$rc
 
-# One port: the node runs in the foreground.  Several ports, e.g.
-# `make run PORTS="7711 7712 7713"`: all run in the background (logs in
-# $(RUN_DIR)/<port>/stdout.log), the others MEET the first, Ctrl-C stops all.
+# `make run`: a 3-node cluster on 7711-7713, joined, in the foreground: the
+# nodes' logs are shown prefixed with their port (and appended to
+# $(RUN_DIR)/<port>/stdout.log); Ctrl-C stops them all.  Any ports work, e.g.
+# `make run PORTS="7711 7712 7713 7714 7715"`; with one port (`make run
+# PORTS=7711`) a single node runs in the foreground.
 run: venv
-	@set -u; ports=($(PORTS)); \
-	if [ $${#ports[@]} = 1 ]; then \
+	@set -u; ports=($(PORTS)); n=$${#ports[@]}; \
+	if [ $$n = 1 ]; then \
 	  p=$${ports[0]}; mkdir -p $(RUN_DIR)/$$p; \
 	  echo "Disquette node on $(HOST):$$p — try: redis-cli -p $$p PING"; \
 	  exec $(BROKER) --port $$p --dir $(RUN_DIR)/$$p; \
 	fi; \
+	call() { $(PY) -c "import socket,sys; s=socket.create_connection(('$(HOST)',int(sys.argv[1])),1); s.sendall(sys.argv[2].encode()+b'\r\n'); f=s.makefile('rb'); h=f.readline(); print((f.read(int(h[1:])) if h[:1]==b'\$$' else h).decode().strip())" "$$@" 2>/dev/null; }; \
 	pids=(); trap 'kill $${pids[@]} 2>/dev/null; wait' EXIT; trap 'exit 130' INT TERM; \
 	for p in "$${ports[@]}"; do \
-	  mkdir -p $(RUN_DIR)/$$p; \
-	  $(BROKER) --port $$p --dir $(RUN_DIR)/$$p >>$(RUN_DIR)/$$p/stdout.log 2>&1 & pids+=($$!); \
+	  mkdir -p $(RUN_DIR)/$$p; log=$(RUN_DIR)/$$p/stdout.log; touch $$log; off=$$(stat -c %s $$log); \
+	  $(BROKER) --port $$p --dir $(RUN_DIR)/$$p >>$$log 2>&1 & pid=$$!; pids+=($$pid); \
+	  tail -c +$$((off + 1)) -F --pid=$$pid $$log 2>/dev/null | sed -u "s/^/[$$p] /" & \
 	done; \
 	for p in "$${ports[@]}"; do \
-	  for i in $$(seq 100); do \
-	    $(PY) -c "import socket,sys; s=socket.create_connection(('$(HOST)',$$p),0.2); s.sendall(b'PING\r\n'); sys.exit(0 if s.recv(64).startswith(b'+PONG') else 1)" 2>/dev/null && break; \
-	    sleep 0.1; \
+	  for i in $$(seq 100); do [ "$$(call $$p PING)" = "+PONG" ] && break; sleep 0.1; done; \
+	done; \
+	for p in "$${ports[@]:1}"; do echo "$$p: CLUSTER MEET $(HOST) $${ports[0]} -> $$(call $$p "CLUSTER MEET $(HOST) $${ports[0]}")"; done; \
+	for i in $$(seq 200); do \
+	  ok=1; for p in "$${ports[@]}"; do \
+	    case "$$(call $$p 'CLUSTER INFO' | tr -d '\r')" in *"cluster_known_nodes:$$n"*"cluster_reachable_nodes:$$((n - 1))"*) ;; *) ok=0;; esac; \
 	  done; \
+	  [ $$ok = 1 ] && break; sleep 0.1; \
 	done; \
-	for p in "$${ports[@]:1}"; do \
-	  $(PY) -c "import socket; s=socket.create_connection(('$(HOST)',$$p),1); s.sendall(b'CLUSTER MEET $(HOST) $${ports[0]}\r\n'); print('$$p: CLUSTER MEET ->', s.recv(256).decode().strip())" || true; \
-	done; \
-	echo "Disquette cluster on $(HOST): ports $(PORTS) — try: redis-cli -p $${ports[0]} HELLO  (Ctrl-C stops all)"; \
+	if [ $$ok = 1 ]; then echo "Disquette cluster of $$n nodes on $(HOST): ports $(PORTS) — try: redis-cli -p $${ports[0]} HELLO  (Ctrl-C stops all)"; \
+	else echo "warning: the nodes did not all see each other within 20 s (see $(RUN_DIR)/<port>/stdout.log)" >&2; fi; \
 	wait
 
 bench: deps venv

@@ -9,7 +9,7 @@ which is Disque's ``ms * 1_000_000 + counter`` ordering key.
 
 from __future__ import annotations
 
-import base64
+from binascii import b2a_base64
 
 # Job states, in SPEC order. The index is what SHOW and JSCAN print.
 WAIT_REPL = 0
@@ -44,6 +44,9 @@ def valid_job_id(jid: bytes) -> bool:
     )
 
 
+_ID_PREFIX: dict[str, bytes] = {}   # node id -> b"D-<8 hex>-" (a handful per process)
+
+
 def make_job_id(node_id: str, rnd144: int, ttl: int, retry: int) -> bytes:
     """D-<8 hex of node id>-<24 base64 chars of 144 random bits>-<4 hex TTL minutes>.
 
@@ -58,8 +61,12 @@ def make_job_id(node_id: str, rnd144: int, ttl: int, retry: int) -> bytes:
         ttl_min |= 1
     else:
         ttl_min &= 0xFFFE
-    rnd = base64.b64encode(rnd144.to_bytes(18, "big"))
-    return b"D-" + node_id[:8].encode() + b"-" + rnd + b"-%04x" % ttl_min
+    prefix = _ID_PREFIX.get(node_id)
+    if prefix is None:
+        prefix = _ID_PREFIX[node_id] = b"D-" + node_id[:8].encode() + b"-"
+    # b2a_base64 is what base64.b64encode runs, without its Python frame;
+    # 18 bytes make exactly 24 chars, no padding. One %-format builds the id.
+    return b"%b%b-%04x" % (prefix, b2a_base64(rnd144.to_bytes(18, "big"), newline=False), ttl_min)
 
 
 def ttl_from_id(jid: bytes) -> int:

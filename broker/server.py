@@ -15,12 +15,14 @@ import signal
 import sys
 import time
 
+from broker.aof import AOFLoadError, AppendOnlyFile
+from broker.commands import CommandError
 from broker.config import Config, ConfigError
 from broker.node import BLOCKED, Host, Node
 from cluster.bus import ClusterBus
 from cluster.cluster import Cluster
 from cluster.membership import DropLink, Membership, SaveConfig, Send
-from protocol.bus import BusProtocolError, encode_frame
+from protocol.bus import BATCH, BusProtocolError, encode_frame, unbatch
 from protocol.resp import Error, ProtocolError, Reader, encode
 
 log = logging.getLogger("broker.server")
@@ -29,9 +31,6 @@ log = logging.getLogger("broker.server")
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
-
-def perf_us() -> int:
-    return time.perf_counter_ns() // 1000
 
 
 class ClientConnection(asyncio.Protocol):
@@ -78,6 +77,10 @@ class ClientConnection(asyncio.Protocol):
             return
         if not self.waiting:
             self.process()
+        elif self.reader.pending() > self.reader.max_query_buffer:
+            # Blocked: nothing is parsed meanwhile, so the limit is checked here.
+            self.protocol_error(ProtocolError("ERR Protocol error: query buffer limit exceeded"))
+            return
         self.server.after_event()
 
     def process(self) -> None:
@@ -94,7 +97,7 @@ class ClientConnection(asyncio.Protocol):
                 argv = gets()
             except ProtocolError as e:
                 if out:
-                    self.transport.write(b"".join(out))
+                    self.write(b"".join(out))
                 self.protocol_error(e)
                 return
             if argv is False:
@@ -113,7 +116,7 @@ class ClientConnection(asyncio.Protocol):
         if out:
             data = b"".join(out)
             node.stats["total_net_output_bytes"] += len(data)
-            self.transport.write(data)
+            self.write(data)
         if client.closing:
             self.close()
         else:
@@ -125,7 +128,7 @@ class ClientConnection(asyncio.Protocol):
             return
         data = encode(reply, self.client.proto)
         self.node.stats["total_net_output_bytes"] += len(data)
-        self.transport.write(data)
+        self.write(data)
         if self.waiting and self.client.blocked_on is None:
             self.waiting = False
             if self.client.closing:
@@ -133,13 +136,26 @@ class ClientConnection(asyncio.Protocol):
             elif self.reader.pending():
                 self.process()
 
+    def write(self, data: bytes) -> None:
+        """Send reply bytes; while the AOF has records not yet written, replies wait
+        for Server.flush_before_sleep (persistence: no reply before its record)."""
+        server = self.server
+        held = server.held
+        if held is None or (not held and not self.node.aof.pending):
+            self.transport.write(data)
+        else:
+            held.append((self, data))
+            server.wake_flush()
+
     def protocol_error(self, e: ProtocolError) -> None:
         log.info("Protocol error from client %s: %s", self.client.addr, e)
-        self.transport.write(encode(Error(str(e)), 2))
+        self.write(encode(Error(str(e)), 2))
         self.close()
 
     def close(self) -> None:
         if not self.closed:
+            if self.server.held:    # persistence: held replies go out first
+                self.server.flush_before_sleep()
             self.closed = True
             self.transport.close()
             self.node.client_closed(self.client)
@@ -223,7 +239,8 @@ class Server:
         rng = random.Random(int.from_bytes(os.urandom(16), "big"))
         membership = load_membership(config, rng)
         self.node = Node(config, wall_ms, rng, self.host, node_id=membership.node_id,
-                         perf_us=perf_us)
+                         perf_ns=time.perf_counter_ns)
+        self.node.leaving = membership.leaving     # CLUSTER LEAVING survives restarts
         self.cluster = Cluster(self.node, membership)
         self.bus = None
         self.listeners = []
@@ -231,6 +248,16 @@ class Server:
         self.timer_at = None
         self.stopped = asyncio.Event()
         self.shutdown_mode = None
+        self.exit_code = 0
+        # Persistence (broker/aof.py): replies held until the AOF records of this
+        # event-loop turn are written (a list while the AOF is on, else None).
+        self.held = None
+        self._flush_handle = None
+        self._bus_flush = None      # handle of the end-of-turn flush_bus, if due
+        self.load_task = None
+        config.validators.append(self.validate_config)
+        config.validators.append(self.validate_dir)
+        self.idle_check_at = 0      # next check of the `timeout` directive, ms
 
     # -- event plumbing --------------------------------------------------
     def after_event(self) -> None:
@@ -241,8 +268,11 @@ class Server:
             for client, reply in outbox:
                 if client.conn is not None:
                     client.conn.deliver(reply)
-        if self.cluster.out:
-            self.apply_cluster_outputs(self.cluster.drain())
+        if self._bus_flush is None:
+            cluster = self.cluster
+            if cluster.out or cluster.batches:
+                # Sent once per loop turn: one frame per peer for the whole turn.
+                self._bus_flush = self.loop.call_soon(self.flush_bus)
         deadline = node.next_deadline()
         if self.timer_at is None or deadline < self.timer_at:
             if self.timer is not None:
@@ -255,9 +285,43 @@ class Server:
         self.timer = None
         self.timer_at = None
         self.node.tick()
+        if self.config.timeout:
+            self.close_idle_clients()
         self.after_event()
 
+    def close_idle_clients(self) -> None:
+        """The `timeout` directive: close clients idle that many seconds, once a
+        second at most; blocked clients (their own TIMEOUT) and MONITORs are
+        exempt, as in Redis."""
+        now = wall_ms()
+        if now < self.idle_check_at:
+            return
+        self.idle_check_at = now + 1000
+        limit = self.config.timeout * 1000
+        for client in list(self.node.clients.values()):
+            if (now - client.last_interaction > limit and client.blocked_on is None
+                    and not client.monitor and client.conn is not None):
+                log.debug("Closing idle client %s", client.addr)
+                client.conn.close()
+
     # -- cluster bus --------------------------------------------------------
+    def flush_bus(self) -> None:
+        """End of an event-loop turn: everything the cluster layer queued during the
+        turn goes out, one frame (and one write) per peer."""
+        self._bus_flush = None
+        node = self.node
+        if node.aof is not None and node.aof.pending:
+            node.aof.flush()    # persistence: a job is logged before GOTJOB says so
+        bus = self.bus
+        if bus is None:
+            self.apply_cluster_outputs(self.cluster.drain())
+            return
+        bus.cork()
+        try:
+            self.apply_cluster_outputs(self.cluster.drain())
+        finally:
+            bus.uncork()
+
     def apply_cluster_outputs(self, outputs) -> None:
         frames = {}     # a broadcast is encoded once
         for out in outputs:
@@ -267,6 +331,12 @@ class Server:
                     try:
                         frame = frames[id(out.msg)] = encode_frame(out.msg)
                     except BusProtocolError as e:
+                        if out.msg.type == BATCH:
+                            # Too big for one frame: one frame per message.
+                            self.apply_cluster_outputs(
+                                [Send(out.node_id, out.ip, out.bus_port, m)
+                                 for m in unbatch(out.msg)])
+                            continue
                         log.warning("Not sending %s: %s", out.msg.type_name, e)
                         continue
                 if self.bus is not None:
@@ -304,6 +374,9 @@ class Server:
                 backlog=cfg.tcp_backlog, reuse_address=True)
             self.listeners.append(srv)
         log.info("Ready to accept connections on port %d", cfg.port)
+        if cfg.appendonly:
+            # Loaded in chunks while clients get -LOADING (SPEC: PING within 1 s).
+            self.load_task = self.loop.create_task(self.load_aof())
         self.after_event()
 
     def request_shutdown(self, mode: str) -> None:
@@ -321,12 +394,18 @@ class Server:
         log.warning("User requested shutdown...")
         for srv in self.listeners:
             srv.close()
+        if self.load_task is not None and not self.load_task.done():
+            self.load_task.cancel()
+        self.flush_before_sleep()
         for client in list(self.node.clients.values()):
             if client.conn is not None:
                 client.conn.close()
         if self.node.aof is not None:
             self.node.aof.shutdown(self.shutdown_mode)
         save_nodes_conf(self.config, self.cluster.m.to_nodes_conf())
+        if self._bus_flush is not None:
+            self._bus_flush.cancel()
+            self.flush_bus()
         if self.bus is not None:
             await self.bus.close()
         if self.timer is not None:
@@ -336,13 +415,93 @@ class Server:
 
     def restart(self) -> None:
         """DEBUG RESTART: re-exec the same command line."""
+        if self.node.aof is not None:
+            self.flush_before_sleep()
+            self.node.aof.shutdown("default")
         remove_pidfile(self.config)
         for srv in self.listeners:
             srv.close()
         os.execv(sys.executable, [sys.executable, "-m", "broker", *self.argv])
 
+    # -- persistence -------------------------------------------------------
+    def new_aof(self) -> AppendOnlyFile:
+        return AppendOnlyFile(self.node, self.config, self.loop, wake=self.wake_flush)
+
+    async def load_aof(self) -> None:
+        aof = self.new_aof()
+        self.node.aof = aof
+        self.held = []
+        try:
+            await aof.load()
+        except AOFLoadError as e:
+            log.warning("%s", e)
+            log.warning("Refusing to start with a damaged append only file.")
+            self.flush_before_sleep()
+            aof.state = "off"
+            aof.stop()
+            self.node.aof = None
+            self.held = None
+            self.exit_code = 1
+            self.request_shutdown("nosave")
+            return
+        self.after_event()
+
+    def wake_flush(self) -> None:
+        if self._flush_handle is None:
+            self._flush_handle = self.loop.call_soon(self.flush_before_sleep)
+
+    def flush_before_sleep(self) -> None:
+        """Once per event-loop turn while the AOF is on: write (and under
+        appendfsync always fsync) the records, then send the held replies."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        aof = self.node.aof
+        if aof is not None:
+            aof.flush()
+        held = self.held
+        if held:
+            self.held = [] if aof is not None else None
+            for conn, data in held:
+                if not conn.closed:
+                    conn.transport.write(data)
+
+    def validate_config(self, name: str, value) -> None:
+        """CONFIG SET appendonly yes|no acts before the value is stored, so that a
+        failure leaves the setting as it was."""
+        if name != "appendonly":
+            return
+        node = self.node
+        if value and node.aof is None:
+            aof = self.new_aof()
+            try:
+                aof.enable_at_runtime()
+            except CommandError:
+                aof.stop()
+                raise ConfigError("Unable to turn on AOF. Check server logs.") from None
+            node.aof = aof
+            self.held = []
+        elif not value and node.aof is not None:
+            if node.loading:
+                raise ConfigError("Can't turn off the AOF while it is loading")
+            self.flush_before_sleep()
+            node.aof.stop()
+            self.held = None
+            node.aof = None
+
+    def validate_dir(self, name: str, value) -> None:
+        """CONFIG SET dir: chdir at once (as Redis); refused if that fails."""
+        if name == "dir":
+            try:
+                os.chdir(value)
+            except OSError as e:
+                raise ConfigError(f"CONFIG SET failed (possibly related to argument "
+                                  f"'dir') - {e.strerror}") from None
+
     def config_changed(self, name: str) -> None:
-        if name == "loglevel":
+        if name == "appendfsync" and self.node.aof is not None:
+            self.node.aof.flush(fsync=True)
+        elif name == "loglevel":
             logging.getLogger().setLevel(LOGLEVELS[self.config.loglevel])
         elif name == "cluster-node-timeout":
             self.cluster.m.node_timeout = self.config.cluster_node_timeout
@@ -482,4 +641,4 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         loop.close()
-    return 0
+    return server.exit_code

@@ -34,6 +34,17 @@ class TimerWheel:
             lst.append(job)
         self.entries += 1
 
+    def add_many(self, jobs: list, when: int) -> None:
+        """add() for many jobs due at the same time (the AOF loader's bulk path)."""
+        b = -(-when // RESOLUTION_MS)
+        lst = self.buckets.get(b)
+        if lst is None:
+            self.buckets[b] = list(jobs)
+            heappush(self.heap, b)
+        else:
+            lst.extend(jobs)
+        self.entries += len(jobs)
+
     def pop_due(self, now: int) -> list:
         """Every entry whose bucket time has come (possibly stale ones)."""
         heap = self.heap

@@ -10,7 +10,8 @@ later, the job layer). It provides:
   reply can go back on the inbound link while the outbound one is not connected
   (that is how a PONG reaches a node we do not know yet). Writes are coalesced:
   frames queued for one connection during an event-loop turn go out in one
-  ``transport.write``. A frame that does not parse (``BusProtocolError``) closes
+  ``transport.write`` (at once on :meth:`ClusterBus.uncork` for a caller that
+  batches per turn itself). A frame that does not parse (``BusProtocolError``) closes
   only that connection.
 * :class:`BusDriver` - glue for a bare :class:`~cluster.membership.Membership`:
   ticks it, feeds it messages and link reports, executes its outputs. The broker
@@ -100,7 +101,11 @@ class _Conn(asyncio.Protocol):
         self.pending_bytes += len(frame)
         if not self.flush_scheduled:
             self.flush_scheduled = True
-            self.bus._loop.call_soon(self._flush)
+            corked = self.bus._corked
+            if corked is not None:
+                corked.append(self)      # written by ClusterBus.uncork
+            else:
+                self.bus._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self.flush_scheduled = False
@@ -176,6 +181,7 @@ class ClusterBus:
         self._housekeeping: asyncio.TimerHandle | None = None
         self._closing = False
         self._jitter = random.Random()   # shell only: backoff jitter
+        self._corked: list[_Conn] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -233,6 +239,19 @@ class ClusterBus:
         if peer is not None and peer.backlog_bytes + len(msg) <= self.max_backlog_bytes:
             peer.backlog.append(msg)
             peer.backlog_bytes += len(msg)
+
+    def cork(self) -> None:
+        """Hold what :meth:`send` queues until :meth:`uncork`, which writes it at once
+        (one write per connection) instead of at the end of the loop turn: for a
+        caller that already sends once per turn (the broker's end-of-turn flush)."""
+        if self._corked is None:
+            self._corked = []
+
+    def uncork(self) -> None:
+        corked, self._corked = self._corked, None
+        if corked:
+            for conn in corked:
+                conn._flush()
 
     def drop_link(self, node_id: str, forget: bool) -> None:
         """Close the outbound link to ``node_id``; reconnect unless ``forget``."""

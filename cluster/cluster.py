@@ -7,6 +7,12 @@ before_requeue, try_job_gc, need_jobs...). Bus messages come in through
 ``handle_message``; everything to send, save or drop goes to ``self.out`` as the
 Membership's output objects (Send, DropLink, SaveConfig, NodeEvent), drained by
 whoever runs the node (cluster/bus.py's shell, or cluster/sim.py).
+
+Job-layer messages are not turned into Sends one by one: ``send``/``send_many``
+queue (type, payload) per destination and ``drain`` makes one Send per node out
+of them (a BATCH message when there are several), so a shell that drains once per
+event-loop turn sends one frame per peer per turn however many jobs that turn
+replicated, acked or requeued. ``has_output`` tells whether a drain is due.
 """
 
 from __future__ import annotations
@@ -44,6 +50,9 @@ class Cluster:
         self.node = node
         self.m = membership
         self.out: list = []
+        # Job-layer messages not drained yet: node id -> [type, payload, type, ...]
+        # (the flat layout of a BATCH payload), in the order they were sent.
+        self.batches: dict[str, list] = {}
         self.pending: dict[bytes, replication.PendingAdd] = {}
         self.dummy_acks: dict[bytes, set] = {}   # dummy ack id -> nodes that said "unknown"
         self.hungry: set[bytes] = set()          # queues with clients waiting for jobs
@@ -69,32 +78,68 @@ class Cluster:
     def save_config(self):
         return SaveConfig(self.m.to_nodes_conf())
 
+    @property
+    def has_output(self) -> bool:
+        return bool(self.out or self.batches)
+
     def drain(self) -> list:
+        if self.batches:
+            self._flush_batches()
         out, self.out = self.out, []
         return out
 
+    def _flush_batches(self) -> None:
+        # The address is read now, not when the message was queued: a node deleted
+        # since then gets nothing (the membership already closed its link), one that
+        # moved gets it at its new address.
+        nodes = self.m.nodes
+        message = self.m.message
+        out = self.out
+        for nid, items in self.batches.items():
+            n = nodes.get(nid)
+            if n is None or not n.ip:
+                continue
+            if len(items) == 2:
+                msg = message(items[0], items[1])
+            else:
+                msg = message(B.BATCH, items)
+            out.append(Send(nid, n.ip, n.bus_port, msg))
+        self.batches = {}
+
     def send(self, node_id: str, mtype: int, payload) -> None:
-        n = self.m.node(node_id)
+        n = self.m.nodes.get(node_id)
         if n is None or not n.ip:
             return
-        self.m.note_sent()
-        self.out.append(Send(node_id, n.ip, n.bus_port, self.m.message(mtype, payload)))
+        self.m.stats_sent += 1
+        b = self.batches.get(node_id)
+        if b is None:
+            self.batches[node_id] = [mtype, payload]
+        else:
+            b.append(mtype)
+            b.append(payload)
 
     def send_many(self, node_ids, mtype: int, payload) -> None:
-        """One message object for all destinations: the shell encodes it once."""
-        msg = None
+        """The same message to several nodes (the payload object is shared)."""
+        nodes = self.m.nodes
+        batches = self.batches
+        me = self.myself_id
+        sent = 0
         for nid in node_ids:
-            n = self.m.node(nid)
-            if n is None or not n.ip or nid == self.myself_id:
+            n = nodes.get(nid)
+            if n is None or not n.ip or nid == me:
                 continue
-            if msg is None:
-                msg = self.m.message(mtype, payload)
-            self.m.note_sent()
-            self.out.append(Send(nid, n.ip, n.bus_port, msg))
+            sent += 1
+            b = batches.get(nid)
+            if b is None:
+                batches[nid] = [mtype, payload]
+            else:
+                b.append(mtype)
+                b.append(payload)
+        self.m.stats_sent += sent
 
     def reachable_count(self) -> int:
         """Reachable nodes, myself included."""
-        return len(self.m.reachable_ids()) + 1
+        return len(self.m.reachable_sorted()) + 1
 
     def others_of(self, job) -> list:
         """Other nodes that may hold a copy of job."""
@@ -106,10 +151,23 @@ class Cluster:
 
     # ---------------------------------------------------------------- inputs
     def handle_message(self, link, msg: B.BusMessage, now: int) -> None:
-        self._collect(self.m.handle_message(link, msg, now))
-        handler = HANDLERS.get(msg.type)
-        if handler is not None and self.m.is_known(msg.sender):
-            handler(self, msg.sender, msg.payload, now)
+        m = self.m
+        self._collect(m.handle_message(link, msg, now))
+        mtype = msg.type
+        if mtype >= B.FIRST_JOB_TYPE and m.is_known(msg.sender):
+            sender = msg.sender
+            if mtype == B.BATCH:
+                items = msg.payload
+                m.stats_received += len(items) // 2 - 1   # each counts as a message
+                get = HANDLERS.get
+                for i in range(0, len(items), 2):
+                    handler = get(items[i])
+                    if handler is not None:
+                        handler(self, sender, items[i + 1], now)
+            else:
+                handler = HANDLERS.get(mtype)
+                if handler is not None:
+                    handler(self, sender, msg.payload, now)
         if self.node.ready_queues:
             self.node.serve_ready_queues()
 

@@ -53,6 +53,9 @@ __all__ = [
 
 _HEX40 = re.compile(r"[0-9a-f]{40}\Z")
 
+_UNREACHABLE = (FLAG_MYSELF | FLAG_HANDSHAKE | FLAG_NOADDR | FLAG_PFAIL | FLAG_FAIL
+                | FLAG_LEAVING)
+
 #: Redis: failure reports older than node_timeout * 2 are not counted.
 FAIL_REPORT_VALIDITY_MULT = 2
 #: SPEC §4: "FORGET also blacklists the id for 60 s".
@@ -196,6 +199,9 @@ class Membership:
         self._next_random_ping = now + RANDOM_PING_PERIOD
         self._dirty = False
         self._out: list = []
+        # reachable_sorted(), computed at most once between two inputs (every input
+        # that may change a node's flags or the table resets it).
+        self._reachable: tuple | None = None
 
     # -- identity ------------------------------------------------------------------
 
@@ -209,6 +215,7 @@ class Membership:
 
     def set_address(self, ip: str, port: int, bus_port: int) -> list:
         """Announce another address (CONFIG SET cluster-announce-*)."""
+        self._reachable = None
         me = self.myself
         if (me.ip, me.port, me.bus_port) != (ip, port, bus_port):
             me.ip, me.port, me.bus_port = ip, port, bus_port
@@ -284,6 +291,7 @@ class Membership:
 
     def meet(self, ip: str, bus_port: int, now: int) -> list:
         """CLUSTER MEET: start a handshake with the node at (ip, bus_port)."""
+        self._reachable = None
         try:
             ip = str(ipaddress.ip_address(ip))
         except ValueError:
@@ -298,6 +306,7 @@ class Membership:
     def forget(self, node_id: str, now: int) -> list:
         """CLUSTER FORGET: drop the node and blacklist its id for 60 s, so the gossip
         of nodes that still know it does not bring it back at once."""
+        self._reachable = None
         if node_id == self.myself.id:
             raise MembershipError("I tried hard but I can't forget myself...")
         if node_id not in self.nodes:
@@ -309,6 +318,7 @@ class Membership:
     def reset(self, hard: bool, new_id: str | None = None, now: int = 0) -> list:
         """CLUSTER RESET: forget every other node; HARD also takes a new id (random
         from our rng unless given). Dropping the jobs is the broker's part."""
+        self._reachable = None
         for node in [n for n in self.nodes.values() if n is not self.myself]:
             self._delete(node)
         self.blacklist.clear()
@@ -326,6 +336,7 @@ class Membership:
     def set_leaving(self, leaving: bool, now: int = 0) -> list:
         """CLUSTER LEAVING yes|no: advertised in our header flags (SPEC §8: the node
         "shows priority 100 in HELLO everywhere")."""
+        self._reachable = None
         me = self.myself
         if bool(me.flags & FLAG_LEAVING) != leaving:
             me.flags ^= FLAG_LEAVING
@@ -419,6 +430,7 @@ class Membership:
         """Process the membership part of any bus message. Job-layer types only
         refresh what the header says about the sender; the broker dispatches them
         after this call (and should ignore senders ``is_known`` says no to)."""
+        self._reachable = None
         self.stats_received += 1
         mtype = msg.type
         me = self.myself
@@ -579,6 +591,7 @@ class Membership:
 
     def tick(self, now: int) -> list:
         """Periodic work (every ~100 ms): pings, PFAIL, FAIL, handshake timeouts."""
+        self._reachable = None
         timeout = self.node_timeout
         half = timeout // 2
         retry = max(timeout // 4, 100)
@@ -646,8 +659,16 @@ class Membership:
         """Other nodes the job layer may replicate to / ask for jobs: known, with an
         address, not PFAIL/FAIL, not leaving (SPEC §8: a leaving node refuses
         REPLJOB). Myself excluded."""
-        bad = FLAG_MYSELF | FLAG_HANDSHAKE | FLAG_NOADDR | FLAG_PFAIL | FLAG_FAIL | FLAG_LEAVING
-        return [n.id for n in self.nodes.values() if not n.flags & bad]
+        return [n.id for n in self.nodes.values() if not n.flags & _UNREACHABLE]
+
+    def reachable_sorted(self) -> tuple[str, ...]:
+        """:meth:`reachable_ids` sorted (a stable order for seeded choices), cached
+        until the next input: the job layer asks for it on every ADDJOB."""
+        r = self._reachable
+        if r is None:
+            r = self._reachable = tuple(sorted(
+                n.id for n in self.nodes.values() if not n.flags & _UNREACHABLE))
+        return r
 
     def node(self, node_id: str) -> ClusterNode | None:
         return self.nodes.get(node_id)

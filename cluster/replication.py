@@ -15,7 +15,7 @@ from __future__ import annotations
 from broker.job import (
     ACKED, ACTIVE, FLAG_DELIVERED, QUEUED, WAIT_REPL, job_from_fields, job_to_fields,
 )
-from broker.node import REQUEUE_JITTER_MS
+from broker.node import BLOCKED, REQUEUE_JITTER_MS
 from broker.queue import PAUSED_IN
 from protocol import bus as B
 from protocol.resp import Error, Status
@@ -42,17 +42,19 @@ class PendingAdd:
 def replicate_new_job(cluster, client, job, timeout: int, is_async: bool, external: bool):
     node = cluster.node
     now = node.clock()
-    me = cluster.myself_id
-    peers = sorted(cluster.m.reachable_ids())
+    peers = cluster.m.reachable_sorted()
     wanted = job.repl if external else job.repl - 1
-    chosen = node.rng.sample(peers, wanted)
-    job.nodes_delivered = set(chosen) if external else {me, *chosen}
-    job.nodes_confirmed = set() if external else {me}
-    deadline = now + timeout if timeout else 0
-    if not is_async and not deadline:
-        deadline = 0
-    p = PendingAdd(job, None if is_async else client, deadline, is_async, external,
-                   now + WIDEN_EVERY_MS)
+    # Every reachable peer (REPLICATE 3 on 3 nodes): no choice to make.
+    chosen = peers if wanted == len(peers) else node.rng.sample(peers, wanted)
+    if external:
+        job.nodes_delivered = set(chosen)
+        job.nodes_confirmed = set()
+    else:
+        me = cluster.myself_id
+        job.nodes_delivered = {me, *chosen}
+        job.nodes_confirmed = {me}
+    p = PendingAdd(job, None if is_async else client, now + timeout if timeout else 0,
+                   is_async, external, now + WIDEN_EVERY_MS)
     cluster.pending[job.id] = p
     if not external:
         node.register_job(job)          # WAIT_REPL until confirmed (or ASYNC below)
@@ -61,7 +63,6 @@ def replicate_new_job(cluster, client, job, timeout: int, is_async: bool, extern
         if not external:
             _activate(node, job, now)
         return Status(job.id.decode())
-    from broker.node import BLOCKED
     return BLOCKED
 
 

@@ -12,7 +12,9 @@ always learns who is talking, where it can be reached (the *announced* address:
 leaving. ``gossip`` is a list of :class:`GossipEntry` (only PING, PONG and MEET fill
 it); ``payload`` is type specific (see the table next to the type constants) and is
 any msgpack value: str ids, ints, dicts, and ``bytes`` for job bodies (``bin`` type,
-so binary bodies and text ids never get mixed up).
+so binary bodies and text ids never get mixed up). A ``BATCH`` message carries the
+job-layer messages queued for one node during one event-loop turn under a single
+header (see :data:`BATCH`, :func:`unbatch`).
 
 :class:`FrameReader` is sans-IO: the bus shell feeds it whatever bytes arrive and
 iterates the complete messages. Anything that is not a well-formed frame raises
@@ -31,10 +33,11 @@ import msgpack
 
 __all__ = [
     "PROTOCOL_VERSION", "DEFAULT_MAX_FRAME_SIZE", "BusProtocolError", "BusMessage",
-    "GossipEntry", "FrameReader", "encode_frame", "encode_body", "decode_body",
+    "GossipEntry", "FrameReader", "encode_frame", "encode_body", "decode_body", "unbatch",
     "TYPE_NAMES", "FLAG_NAMES", "flags_to_names",
     "PING", "PONG", "MEET", "FAIL", "REPLJOB", "YOURJOBS", "GOTJOB", "ENQUEUE",
     "NEEDJOBS", "SETACK", "GOTACK", "DELJOB", "WORKING", "WILLQUEUE", "QUEUED", "PAUSE",
+    "BATCH", "FIRST_JOB_TYPE",
     "FLAG_MYSELF", "FLAG_PFAIL", "FLAG_FAIL", "FLAG_HANDSHAKE", "FLAG_NOADDR",
     "FLAG_LEAVING", "FLAG_MEET", "WIRE_FLAGS",
 ]
@@ -77,12 +80,20 @@ WORKING = 18     # postpone the requeue on the other holders
 WILLQUEUE = 19   # "I will re-queue job id in 500 ms"
 QUEUED = 20      # "I queued job id" (holders that also have it queued may dequeue)
 PAUSE = 21       # PAUSE ... bcast: queue + pause state
+# Several job-layer messages for one node, sent in the same event-loop turn, in one
+# frame (one header, one encode, one decode): the payload is the flat list
+# [type1, payload1, type2, payload2, ...] of job-layer messages (never BATCH or a
+# membership type), handled in order as if each had come in its own frame.
+BATCH = 22
+#: Types from here on are the job layer's (the membership reads only their header).
+FIRST_JOB_TYPE = REPLJOB
 
 TYPE_NAMES = {
     PING: "ping", PONG: "pong", MEET: "meet", FAIL: "fail", REPLJOB: "repljob",
     GOTJOB: "gotjob", YOURJOBS: "yourjobs", NEEDJOBS: "needjobs",
     ENQUEUE: "enqueue", SETACK: "setack", GOTACK: "gotack", DELJOB: "deljob",
     WORKING: "working", WILLQUEUE: "willqueue", QUEUED: "queued", PAUSE: "pause",
+    BATCH: "batch",
 }
 
 # -- node flags -------------------------------------------------------------------
@@ -166,6 +177,16 @@ def encode_frame(msg: BusMessage, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) 
     return _LEN.pack(len(body)) + body
 
 
+def unbatch(msg: BusMessage) -> list[BusMessage]:
+    """The messages a BATCH carries, each with the batch's header (for a shell that
+    must send them one frame each: a batch over the frame size limit)."""
+    if msg.type != BATCH:
+        return [msg]
+    p = msg.payload
+    return [BusMessage(p[i], msg.sender, msg.ip, msg.port, msg.bus_port, msg.flags, [],
+                       p[i + 1]) for i in range(0, len(p), 2)]
+
+
 def _bad(what: str) -> BusProtocolError:
     return BusProtocolError(f"invalid bus message: {what}")
 
@@ -207,6 +228,12 @@ def decode_body(body) -> BusMessage:
                 or type(gpong) is not int):
             raise _bad("malformed gossip entry")
         entries.append(GossipEntry(gid, gip, gport, gbus, gflags, gping, gpong))
+    if mtype == BATCH:
+        if type(payload) is not list or len(payload) & 1:
+            raise _bad("batch payload is not a list of (type, payload) pairs")
+        for t in payload[0::2]:
+            if type(t) is not int or t < FIRST_JOB_TYPE or t == BATCH:
+                raise _bad("batch entry is not a job-layer message")
     return BusMessage(mtype, sender, ip, port, bus_port, flags, entries, payload)
 
 

@@ -305,8 +305,6 @@ class PyReader:
         n = len(data)
         if not n:
             return
-        if self.pending() + n > self.max_query_buffer:
-            self._fail(ERR_QUERY_BUFFER)
         if self._want:  # waiting for a bulk body: collect, join when complete
             self._chunks.append(data)
             self._chunks_len += n
@@ -339,7 +337,16 @@ class PyReader:
         """Return the next command's argv (list of bytes), or False if incomplete.
 
         Raises ProtocolError on malformed input; the reader then stays failed.
+        The query buffer limit applies to what is left once every complete
+        command was taken (as in Redis): a pipeline of commands that each fit
+        is fine, one incomplete command over the limit is not.
         """
+        r = self._gets()
+        if r is False and self.pending() > self.max_query_buffer:
+            self._fail(ERR_QUERY_BUFFER)
+        return r
+
+    def _gets(self):
         if self._want or self._error is not None:
             if self._error is not None:
                 raise ProtocolError(str(self._error))
@@ -574,10 +581,6 @@ class HiredisReader:
         buf = self._buf
         pos = self._pos
         pending = len(buf) - pos
-        if pending + n > self.max_query_buffer:
-            self._error = ProtocolError(ERR_QUERY_BUFFER)
-            self._fast = False  # so that gets() goes through the error check
-            raise ProtocolError(ERR_QUERY_BUFFER)
         if not pending:
             if data[0] != 42:  # inline command: let Python read it
                 self._fast = False
@@ -604,6 +607,10 @@ class HiredisReader:
                 self._buf = b""
                 self._pos = 0
                 return False
+            if len(self._buf) - pos > self.max_query_buffer:
+                self._error = ProtocolError(ERR_QUERY_BUFFER)
+                self._fast = False
+                raise ProtocolError(ERR_QUERY_BUFFER)
             if _tail_is_waiting(self._buf, pos, self.max_multibulk_len, self.max_bulk_len):
                 return False
             # A tail that is big or unusual: PyReader checks it and keeps it.

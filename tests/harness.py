@@ -673,10 +673,12 @@ class NodeFactory:
         self.nodes.append(n)
         return n.start() if start else n
 
-    def cluster(self, size: int, *args: Any, timeout: float = 20.0, **directives: Any) -> list[NodeProcess]:
-        """Start ``size`` nodes, CLUSTER MEET them, wait until all see each other."""
+    def cluster(self, size: int, *args: Any, timeout: float = 20.0, chain: bool = False,
+                **directives: Any) -> list[NodeProcess]:
+        """Start ``size`` nodes, CLUSTER MEET them (see ``join``), wait until all
+        see each other."""
         nodes = [self(*args, **directives) for _ in range(size)]
-        join(nodes, timeout=timeout)
+        join(nodes, timeout=timeout, chain=chain)
         return nodes
 
     def stop_all(self) -> None:
@@ -698,13 +700,14 @@ def cluster_info(n: NodeProcess) -> dict[str, str]:
     return out
 
 
-def join(nodes: Sequence[NodeProcess], timeout: float = 20.0) -> None:
-    """MEET every node with the first one and wait until each knows all of them
-    and reaches all the others."""
-    first, *rest = nodes
-    for n in rest:
+def join(nodes: Sequence[NodeProcess], timeout: float = 20.0, chain: bool = False) -> None:
+    """MEET every node with the first one (``chain=True``: each node meets only
+    the previous one, so gossip must spread the rest) and wait until each knows
+    all of them and reaches all the others."""
+    for i, n in enumerate(nodes[1:], 1):
+        other = nodes[i - 1] if chain else nodes[0]
         with RawConn(n.host, n.port) as r:
-            reply = r.call("CLUSTER", "MEET", first.host, first.port)
+            reply = r.call("CLUSTER", "MEET", other.host, other.port)
         assert reply.startswith(b"+"), f"CLUSTER MEET on {n.addr}: {reply!r}"
 
     def everyone_sees_everyone() -> bool:

@@ -33,13 +33,17 @@ class Command:
 
 
 COMMANDS: dict[bytes, Command] = {}
+# The same commands under their lower- and upper-case names, as clients send
+# them: the hot path finds "ADDJOB" with one dict hit, without a lower() first.
+COMMANDS_ANYCASE: dict[bytes, Command] = {}
 
 
 def command(name: str, arity: int, flags: int = 0):
     """Register a handler; its docstring's first line is the syntax (COMMAND DOCS)."""
     def register(fn):
-        COMMANDS[name.encode()] = Command(name.encode(), fn, arity, flags,
-                                          (fn.__doc__ or "").strip())
+        cmd = Command(name.encode(), fn, arity, flags, (fn.__doc__ or "").strip())
+        COMMANDS[cmd.name] = cmd
+        COMMANDS_ANYCASE[cmd.name] = COMMANDS_ANYCASE[cmd.name.upper()] = cmd
         return fn
     return register
 

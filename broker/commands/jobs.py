@@ -58,7 +58,7 @@ def addjob(node, client, argv):
         else:
             raise CommandError(SYNTAX_ERROR)
         i += 1
-    timeout = parse_timeout_ms(argv[3])
+    timeout = 0 if argv[3] == b"0" else parse_timeout_ms(argv[3])
 
     if retry == -1:
         retry = min(ttl // 10, DEFAULT_RETRY_MAX) or 1
@@ -84,6 +84,7 @@ def addjob(node, client, argv):
             return Error("PAUSED Queue paused in input, try later")
         if maxlen and len(q.jobs) >= maxlen:
             return Error("MAXLEN Queue is already longer than the specified MAXLEN count")
+        qname = q.name      # one bytes object for the queue's name, not one per job
 
     now = node.clock()
     jid = make_job_id(node.myself_id, node.rng.getrandbits(144), ttl, retry)

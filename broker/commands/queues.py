@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from broker.commands import F_FAST, SYNTAX_ERROR, CommandError, command, parse_int
 from broker.node import job_reply
-from broker.queue import PAUSED_IN, PAUSED_OUT
+from broker.queue import PAUSED_IN, PAUSED_OUT, Queue
 from protocol.resp import Status
 
 
@@ -73,6 +73,7 @@ def pause(node, client, argv):
             flags |= PAUSED_IN | PAUSED_OUT
             update = True
         elif opt == b"none":
+            flags = 0       # clears what earlier options of this call set
             update = True
         elif opt == b"state":
             pass
@@ -80,9 +81,14 @@ def pause(node, client, argv):
             bcast = True
         else:
             raise CommandError(SYNTAX_ERROR)
-    q = node.get_queue(argv[1], create=True)
-    if update:
+    # As Disque: a queue is created only to remember a pause, so "state" or
+    # "none" on an unknown queue leave no empty queue behind.
+    q = node.get_queue(argv[1], create=update and flags != 0)
+    if q is not None and update:
         node.set_queue_pause(q, flags)
         if bcast and node.cluster is not None:
             node.cluster.broadcast_pause(q)
-    return Status(q.pause_name.decode())
+    elif q is None and update and bcast and node.cluster is not None:
+        # Unpause elsewhere without creating the queue here.
+        node.cluster.broadcast_pause(Queue(argv[1], node.clock()))
+    return Status(q.pause_name.decode() if q is not None else "none")

@@ -19,17 +19,14 @@ from broker.node import SHARDS
 DEFAULT_COUNT = 10
 
 
-def _parse_cursor(argv: list) -> tuple[int, int]:
-    """(cursor, index of the first option)."""
-    if len(argv) > 1 and argv[1][:1].isdigit():
-        try:
-            cursor = int(argv[1])
-        except ValueError:
-            raise CommandError("ERR invalid cursor") from None
-        if cursor < 0 or cursor >= SHARDS:
-            raise CommandError("ERR invalid cursor")
-        return cursor, 2
-    return 0, 1
+def _parse_cursor(arg: bytes) -> int:
+    """A cursor argument: a decimal shard number, 0 <= cursor < SHARDS."""
+    if not arg.isdigit():
+        raise CommandError("ERR invalid cursor")
+    cursor = int(arg)
+    if cursor >= SHARDS:
+        raise CommandError("ERR invalid cursor")
+    return cursor
 
 
 def _walk(shards_items, cursor: int, count: int, busyloop: bool):
@@ -47,7 +44,7 @@ def _walk(shards_items, cursor: int, count: int, busyloop: bool):
 @command("qscan", -1)
 def qscan(node, client, argv):
     """QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE r]"""
-    cursor, i = _parse_cursor(argv)
+    cursor, cursor_parsed, i = 0, False, 1
     count, busyloop, minlen, maxlen, minrate = DEFAULT_COUNT, False, 0, 0, 0
     while i < len(argv):
         opt = argv[i].lower()
@@ -68,6 +65,11 @@ def qscan(node, client, argv):
         elif opt == b"importrate" and not last:
             minrate = parse_int(argv[i + 1])
             i += 1
+        elif not cursor_parsed:
+            # As in Disque, the cursor may come anywhere among the options;
+            # any other word is taken as the cursor, once.
+            cursor = _parse_cursor(argv[i])
+            cursor_parsed = True
         else:
             raise CommandError(SYNTAX_ERROR)
         i += 1
@@ -87,7 +89,7 @@ def qscan(node, client, argv):
 @command("jscan", -1)
 def jscan(node, client, argv):
     """JSCAN [cursor] [COUNT n] [BUSYLOOP] [QUEUE q] [STATE s ...] [REPLY id|all]"""
-    cursor, i = _parse_cursor(argv)
+    cursor, cursor_parsed, i = 0, False, 1
     count, busyloop, queue, states, reply_all = DEFAULT_COUNT, False, None, set(), False
     while i < len(argv):
         opt = argv[i].lower()
@@ -114,6 +116,11 @@ def jscan(node, client, argv):
                 raise CommandError("ERR REPLY option must be 'all' or 'id'")
             reply_all = kind == b"all"
             i += 1
+        elif not cursor_parsed:
+            # As in Disque, the cursor may come anywhere among the options;
+            # any other word is taken as the cursor, once.
+            cursor = _parse_cursor(argv[i])
+            cursor_parsed = True
         else:
             raise CommandError(SYNTAX_ERROR)
         i += 1

@@ -88,9 +88,10 @@ def _section_cpu(node, now):
 
 
 def _section_commandstats(node, now):
+    # node.cmdstats holds nanoseconds (cheaper to keep on the hot path).
     return [(f"cmdstat_{name.decode()}",
-             f"calls={calls},usec={usec},usec_per_call={usec / calls:.2f}")
-            for name, (calls, usec) in sorted(node.cmdstats.items())]
+             f"calls={calls},usec={ns // 1000},usec_per_call={ns / 1000 / calls:.2f}")
+            for name, (calls, ns) in sorted(node.cmdstats.items())]
 
 
 def _section_cluster(node, now):
@@ -131,6 +132,8 @@ def info(node, client, argv):
             out.append("")
         out.append("# " + name.capitalize())
         out.extend(f"{k}:{v}" for k, v in INFO_SECTIONS[name](node, now))
+    if not out:  # only unknown sections: an empty string, as Redis
+        return b""
     return ("\r\n".join(out) + "\r\n").encode()
 
 

@@ -44,8 +44,31 @@ def read_all(data: bytes, max_frame_size=bus.DEFAULT_MAX_FRAME_SIZE):
 
 
 def test_type_constants_are_distinct_and_named():
-    assert len(set(ALL_TYPES)) == len(ALL_TYPES)
-    assert set(bus.TYPE_NAMES) == set(ALL_TYPES)
+    types = ALL_TYPES + [bus.BATCH]
+    assert len(set(types)) == len(types)
+    assert set(bus.TYPE_NAMES) == set(types)
+
+
+def test_batch_round_trip_and_unbatch():
+    items = [bus.REPLJOB, [b"id", b"q", b"\x00body"], bus.GOTJOB, b"id", bus.DELJOB, b"x"]
+    msg = sample(bus.BATCH, items, gossip=[])
+    (got,) = read_all(encode_frame(msg))
+    assert got == msg
+    parts = bus.unbatch(got)
+    assert [(m.type, m.payload) for m in parts] == [
+        (bus.REPLJOB, [b"id", b"q", b"\x00body"]), (bus.GOTJOB, b"id"), (bus.DELJOB, b"x")]
+    assert all(m.sender == A and m.port == 7711 and m.flags == bus.FLAG_LEAVING
+               for m in parts)
+    assert bus.unbatch(sample(bus.GOTJOB, b"id")) == [sample(bus.GOTJOB, b"id")]
+
+
+@pytest.mark.parametrize("payload", [
+    None, b"x", {"a": 1}, [bus.GOTJOB], [bus.GOTJOB, b"id", bus.DELJOB],
+    ["gotjob", b"id"], [bus.PING, None], [bus.BATCH, [bus.GOTJOB, b"id"]],
+])
+def test_malformed_batch_is_a_protocol_error(payload):
+    with pytest.raises(BusProtocolError):
+        read_all(encode_frame(sample(bus.BATCH, payload, gossip=[])))
 
 
 @pytest.mark.parametrize("mtype", ALL_TYPES)

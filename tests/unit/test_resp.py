@@ -258,6 +258,10 @@ def test_query_buffer_limit():
     # Complete commands are consumed, so a long session stays under it.
     t = both([multibulk(b"x" * 50)] * 50, **lim)
     assert error(t) is None and len(commands(t)) == 50
+    # Only what is left incomplete counts: a complete command and the start
+    # of the next, together over the limit, arrive in one read.
+    t = both([multibulk(b"x" * 90) + b"*1\r\n$20\r\n" + b"y" * 15], **lim)
+    assert error(t) is None and commands(t) == [[b"x" * 90]]
     # Inline data without a newline counts too.
     assert error(both([b"a" * 60, b"b" * 41], **lim)) == resp.ERR_QUERY_BUFFER
 
@@ -274,11 +278,14 @@ def test_reader_stays_failed():
             r.feed(multibulk(b"PING"))
     for r_cls in READERS:
         r = r_cls(max_query_buffer=10)
+        r.feed(b"x" * 11)
         with pytest.raises(ProtocolError) as e:
-            r.feed(b"x" * 11)
+            r.gets()
         assert str(e.value) == resp.ERR_QUERY_BUFFER
         with pytest.raises(ProtocolError):
             r.gets()
+        with pytest.raises(ProtocolError):
+            r.feed(b"PING\r\n")
 
 
 def test_feed_accepts_bytes_like_and_empty():

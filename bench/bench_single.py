@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""One Disquette node against Debian's redis-server, side by side (issue 2).
+
+    make bench                               # or: .venv/bin/python bench/bench_single.py
+    .venv/bin/python bench/bench_single.py --quick
+    .venv/bin/python bench/bench_single.py --only addjob,getjob --rounds 5
+
+Both servers run at the same time on free loopback ports and are driven by
+``redis-benchmark`` with 50 clients; every throughput figure is measured in
+rounds that alternate which server goes first, so load from whatever else runs on
+the machine hits both alike. The table shows the median of the rounds.
+
+Rows (``--only`` takes their names, comma-separated):
+
+  addjob      ADDJOB q <100 B> 0      vs  LPUSH q <100 B>          target >= 0.9x
+  addjob-p16  the same with -P 16                                     target >= 0.4x
+  getjob      GETJOB NOHANG FROM q    vs  RPOP q (queues pre-filled)  target >= 0.95x
+  rss         RSS bytes per queued job after 1M ADDJOBs (pipelined),
+              Redis RSS per LPUSHed element for reference           target <= 520 B
+
+To add a row (e.g. ADDJOB REPLICATE 3 on a 3-node cluster), write a function
+``ctx -> Result`` and append a ``Metric`` to METRICS; bench/common.py has the
+process, redis-benchmark and RSS helpers (``start_disquette_cluster``...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+from common import (
+    Server, body, bulk_load, call_int, median, redis_benchmark, settle,
+    start_disquette, start_redis,
+)
+
+BODY = body(100)
+
+
+@dataclass
+class Result:
+    ours: float
+    redis: float | None
+    unit: str            # "rps" or "B/job"
+    note: str = ""
+
+
+@dataclass
+class Metric:
+    name: str                          # what --only selects
+    title: str                         # row label
+    kind: str                          # "ratio": ours/redis >= target; "max": ours <= target
+    target: float
+    run: Callable[["Context"], Result]
+
+
+class Context:
+    """Run options, plus one Disquette node and one redis-server shared by the
+    throughput rows (started on first use)."""
+
+    def __init__(self, args) -> None:
+        self.args = args
+        self.quick = args.quick
+        self.rounds = args.rounds or (1 if args.quick else 3)
+        self._ours: Server | None = None
+        self._redis: Server | None = None
+
+    def n(self, full: int) -> int:
+        """Request count for a row: ``full``, or a fifth of it with --quick."""
+        n = full // 5 if self.quick else full
+        return max(1000, int(n * self.args.scale))
+
+    @property
+    def ours(self) -> Server:
+        if self._ours is None:
+            self._ours = start_disquette()
+        return self._ours
+
+    @property
+    def redis(self) -> Server:
+        if self._redis is None:
+            self._redis = start_redis()
+        return self._redis
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------
+# rows
+# ---------------------------------------------------------------------------
+
+def flush(server: Server) -> None:
+    r = server.call("DEBUG", "FLUSHALL") if server.kind == "disquette" else server.call("FLUSHALL")
+    if r != b"+OK":
+        raise RuntimeError(f"flush {server}: {r!r}")
+
+
+def side_by_side(ctx: Context, name: str, ours_cmd: list, redis_cmd: list, n: int,
+                 pipeline: int = 1, prepare: Callable[[Server], None] | None = None) -> Result:
+    """Median requests/s over ctx.rounds rounds; the side going first alternates."""
+    rates: dict[str, list[float]] = {"disquette": [], "redis": []}
+    for r in range(ctx.rounds):
+        sides = [(ctx.ours, ours_cmd), (ctx.redis, redis_cmd)]
+        if r % 2:
+            sides.reverse()
+        for server, cmd in sides:
+            flush(server)
+            if prepare is not None:
+                prepare(server)
+            settle(server, 0.2)
+            rates[server.kind].append(redis_benchmark(server.port, cmd, n, pipeline=pipeline))
+        o, d = rates["disquette"][-1], rates["redis"][-1]
+        log(f"  {name} round {r + 1}/{ctx.rounds}: ours {o:,.0f} rps, redis {d:,.0f} rps, "
+            f"ratio {o / d:.2f}x")
+    for server in (ctx.ours, ctx.redis):
+        flush(server)
+    return Result(median(rates["disquette"]), median(rates["redis"]), "rps")
+
+
+def run_addjob(ctx: Context) -> Result:
+    return side_by_side(ctx, "addjob", ["ADDJOB", "q", BODY, "0"], ["LPUSH", "q", BODY],
+                        ctx.n(200_000))
+
+
+def run_addjob_p16(ctx: Context) -> Result:
+    return side_by_side(ctx, "addjob-p16", ["ADDJOB", "q", BODY, "0"], ["LPUSH", "q", BODY],
+                        ctx.n(1_000_000), pipeline=16)
+
+
+def run_getjob(ctx: Context) -> Result:
+    n = ctx.n(200_000)
+
+    def prefill(server: Server) -> None:
+        # More than n, so the queue never runs dry during the run.
+        want = n + n // 10 + 1000
+        if server.kind == "disquette":
+            bulk_load(server.port, ["ADDJOB", "q", BODY, "0"], want)
+            have = call_int(server.port, "QLEN", "q")
+        else:
+            bulk_load(server.port, ["LPUSH", "q", BODY], want)
+            have = call_int(server.port, "LLEN", "q")
+        if have < n + 50:   # 50 clients may overshoot n by one request each
+            raise RuntimeError(f"{server}: pre-filled {have} < {n}")
+
+    return side_by_side(ctx, "getjob", ["GETJOB", "NOHANG", "FROM", "q"], ["RPOP", "q"], n,
+                        prepare=prefill)
+
+
+def rss_per_item(server: Server, cmd: list, count_cmd: list, n: int) -> tuple[float, int]:
+    settle(server, 0.5)
+    before = server.rss()
+    bulk_load(server.port, cmd, n, pipeline=64)
+    settle(server, 1.0)
+    have = call_int(server.port, *count_cmd)
+    after = server.rss()
+    return (after - before) / have, have
+
+
+def run_rss(ctx: Context) -> Result:
+    """Fresh processes, so 'before' is a just-started server."""
+    n = ctx.n(1_000_000)
+    ours = start_disquette()
+    try:
+        per_job, have = rss_per_item(ours, ["ADDJOB", "q", BODY, "0"], ["QLEN", "q"], n)
+        log(f"  rss: ours {per_job:.0f} B/job over {have:,} queued jobs")
+    finally:
+        ours.stop()
+    redis = start_redis()
+    try:
+        per_elem, rhave = rss_per_item(redis, ["LPUSH", "q", BODY], ["LLEN", "q"], n)
+        log(f"  rss: redis {per_elem:.0f} B/element over {rhave:,} elements")
+    finally:
+        redis.stop()
+    return Result(per_job, per_elem, "B/job", f"{have:,} jobs")
+
+
+METRICS: list[Metric] = [
+    Metric("addjob", "ADDJOB vs LPUSH, -c 50", "ratio", 0.9, run_addjob),
+    Metric("addjob-p16", "ADDJOB vs LPUSH, -c 50 -P 16", "ratio", 0.4, run_addjob_p16),
+    Metric("getjob", "GETJOB NOHANG vs RPOP, -c 50", "ratio", 0.95, run_getjob),
+    Metric("rss", "RSS per queued job (100 B body)", "max", 520, run_rss),
+]
+
+
+# ---------------------------------------------------------------------------
+# report
+# ---------------------------------------------------------------------------
+
+def fmt_value(v: float | None, unit: str) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.0f} {unit}"
+
+
+def row(m: Metric, r: Result) -> list[str]:
+    ratio = r.ours / r.redis if r.redis else None
+    if m.kind == "ratio":
+        ok = ratio is not None and ratio >= m.target
+        target = f">= {m.target:g}x"
+    else:
+        ok = r.ours <= m.target
+        target = f"<= {m.target:g} {r.unit}"
+    return [m.title, fmt_value(r.ours, r.unit), fmt_value(r.redis, r.unit),
+            f"{ratio:.2f}x" if ratio is not None else "-", target, "PASS" if ok else "MISS"]
+
+
+def print_table(rows: list[list[str]]) -> None:
+    head = ["metric", "ours", "redis", "ratio", "target", "result"]
+    widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head))]
+    line = "  ".join("-" * w for w in widths)
+    print(line)
+    for x in [head, None, *rows]:
+        if x is None:
+            print(line)
+            continue
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(x, widths))))
+    print(line)
+
+
+def environment() -> str:
+    try:
+        import uvloop  # noqa: F401
+        loop = "uvloop"
+    except ImportError:
+        loop = "asyncio"
+    try:
+        import hiredis
+        reader = f"hiredis {hiredis.__version__}"
+    except ImportError:
+        reader = "pure-Python reader"
+    rv = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()
+    redis_version = next((w[2:] for w in rv if w.startswith("v=")), "?")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"Python {platform.python_version()} ({loop}, {reader}), redis-server {redis_version}, "
+            f"{os.cpu_count()} CPUs, load average {load}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="a fifth of the requests, one round")
+    ap.add_argument("--only", default="", help="comma-separated rows: "
+                    + ", ".join(m.name for m in METRICS))
+    ap.add_argument("--rounds", type=int, default=0, help="rounds per throughput row "
+                    "(default 3, 1 with --quick)")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply request counts")
+    args = ap.parse_args(argv)
+    names = [x.strip() for x in args.only.split(",") if x.strip()]
+    unknown = set(names) - {m.name for m in METRICS}
+    if unknown:
+        ap.error(f"unknown row(s): {', '.join(sorted(unknown))}")
+    metrics = [m for m in METRICS if not names or m.name in names]
+
+    print(environment(), flush=True)
+    ctx = Context(args)
+    rows = []
+    for m in metrics:
+        log(f"{m.name}: {m.title}")
+        rows.append(row(m, m.run(ctx)))
+    print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,338 @@
+"""Helpers shared by the benchmark scripts in bench/ (scripts, not tests).
+
+Everything a side-by-side benchmark needs: free loopback ports, a Disquette node
+or a Debian ``redis-server`` started as a real process in a temporary directory
+(stopped and removed at exit, whatever happens), ``redis-benchmark`` runs with
+their "requests per second" parsed, bulk loading, a tiny RESP client for
+control commands, and RSS read from /proc.
+
+    # a script in bench/ has bench/ on sys.path
+    from common import start_disquette, start_redis, redis_benchmark
+    ours, redis = start_disquette(), start_redis()
+    rps = redis_benchmark(ours.port, ["ADDJOB", "q", body, "0"], n=100_000)
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+HOST = "127.0.0.1"
+BUS_PORT_OFFSET = 10000       # Disquette's cluster bus listens on port + 10000
+BENCH_CLIENTS = 50            # the issue's figures are for 50 clients
+
+
+# ---------------------------------------------------------------------------
+# ports
+# ---------------------------------------------------------------------------
+
+_handed_out: set[int] = set()
+
+
+def _can_bind(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A loopback port free now, whose bus port (+10000) is free too; never the
+    same twice in one run (other engineers' nodes share this machine)."""
+    for _ in range(500):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((HOST, 0))
+            port = s.getsockname()[1]
+        if port in _handed_out or port + BUS_PORT_OFFSET > 65535:
+            continue
+        if not _can_bind(port + BUS_PORT_OFFSET):
+            continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError("no free port pair found")
+
+
+# ---------------------------------------------------------------------------
+# processes
+# ---------------------------------------------------------------------------
+
+_running: list["Server"] = []
+_tmpdirs: list[str] = []
+
+
+def _cleanup() -> None:
+    for s in list(_running):
+        s.stop()
+    for d in _tmpdirs:
+        shutil.rmtree(d, ignore_errors=True)
+    _tmpdirs.clear()
+
+
+def _on_signal(signum, frame):
+    _cleanup()
+    sys.exit(128 + signum)
+
+
+atexit.register(_cleanup)
+for _sig in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(_sig, _on_signal)
+
+
+def temp_dir(prefix: str) -> str:
+    d = tempfile.mkdtemp(prefix=prefix)
+    _tmpdirs.append(d)
+    return d
+
+
+class Server:
+    """A server process on a loopback port; ``kind`` is "disquette" or "redis"."""
+
+    def __init__(self, kind: str, argv: list[str], port: int, workdir: str,
+                 env: dict | None = None) -> None:
+        self.kind = kind
+        self.port = port
+        self.dir = workdir
+        self.log_path = os.path.join(workdir, "stdout.log")
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(argv, cwd=workdir, stdout=self._log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=env)
+        _running.append(self)
+        try:
+            self.wait_ready()
+        except Exception:
+            self.stop()
+            raise
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.kind} exited with {self.proc.returncode}; "
+                                   f"log:\n{self.log_tail()}")
+            try:
+                if self.call("PING") == b"+PONG":
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.kind} on port {self.port} not ready; log:\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 20) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return b"".join(f.readlines()[-n:]).decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def call(self, *args) -> bytes:
+        """One command, one reply line (status, error or integer replies only)."""
+        return call(self.port, *args)
+
+    def rss(self) -> int:
+        return rss_bytes(self.pid)
+
+    def stop(self) -> None:
+        if self in _running:
+            _running.remove(self)
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} pid={self.pid} port={self.port}>"
+
+
+def start_disquette(*directives: str, port: int | None = None) -> Server:
+    """``python -m broker --port P --dir D [--directive value ...]`` with this
+    interpreter (``make bench`` runs the project venv)."""
+    port = port or free_port()
+    d = temp_dir("disquette-bench-")
+    argv = [sys.executable, "-m", "broker", "--port", str(port), "--dir", d, *directives]
+    # The node runs in its temp dir: make this checkout importable from there.
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return Server("disquette", argv, port, d, env=env)
+
+
+def start_redis(port: int | None = None) -> Server:
+    """Debian's redis-server, no persistence, as the reference."""
+    port = port or free_port()
+    d = temp_dir("redis-bench-")
+    argv = ["redis-server", "--port", str(port), "--bind", HOST, "--save", "",
+            "--appendonly", "no", "--dir", d]
+    return Server("redis", argv, port, d)
+
+
+def start_disquette_cluster(n: int, *directives: str) -> list[Server]:
+    """n nodes; every other node CLUSTER MEETs the first. Waiting until they all
+    see each other (e.g. HELLO lists n nodes) is left to the caller."""
+    nodes = [start_disquette(*directives) for _ in range(n)]
+    for s in nodes[1:]:
+        s.call("CLUSTER", "MEET", HOST, nodes[0].port)
+    return nodes
+
+
+# ---------------------------------------------------------------------------
+# talking to servers
+# ---------------------------------------------------------------------------
+
+def encode_command(*args) -> bytes:
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        if isinstance(a, str):
+            a = a.encode()
+        elif isinstance(a, int):
+            a = b"%d" % a
+        out.append(b"$%d\r\n%b\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+def call(port: int, *args, timeout: float = 60.0) -> bytes:
+    """Send one command on a fresh connection; return its reply's first line
+    without CRLF (enough for +OK, -ERR, :n)."""
+    with socket.create_connection((HOST, port), timeout=timeout) as s:
+        s.sendall(encode_command(*args))
+        buf = b""
+        while b"\r\n" not in buf:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionError(f"port {port} closed the connection")
+            buf += chunk
+        return buf.split(b"\r\n", 1)[0]
+
+
+def call_int(port: int, *args) -> int:
+    r = call(port, *args)
+    if not r.startswith(b":"):
+        raise RuntimeError(f"{args[0]} on port {port}: {r!r}")
+    return int(r[1:])
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size from /proc/PID/status (VmRSS, kB)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def settle(server: Server, seconds: float = 0.3) -> None:
+    """Let a server finish closing connections and freeing their buffers."""
+    time.sleep(seconds)
+    server.call("PING")
+
+
+# ---------------------------------------------------------------------------
+# redis-benchmark
+# ---------------------------------------------------------------------------
+
+_RPS = re.compile(rb"([0-9]+(?:\.[0-9]+)?) requests per second")
+
+
+def parse_rps(output: bytes) -> float:
+    """The final "requests per second" figure of ``redis-benchmark -q``.
+
+    Progress lines are separated by \\r, not \\n, and also contain "rps=", so
+    only the last line that reads "N requests per second" counts."""
+    lines = re.split(rb"[\r\n]+", output)
+    for line in reversed(lines):
+        m = _RPS.search(line)
+        if m:
+            return float(m.group(1))
+    raise ValueError(f"no 'requests per second' in redis-benchmark output: {output[-500:]!r}")
+
+
+def redis_benchmark(port: int, command: list, n: int, clients: int = BENCH_CLIENTS,
+                    pipeline: int = 1, timeout: float = 900.0) -> float:
+    """Run ``redis-benchmark -q`` with a custom command; return requests/s.
+
+    With ``-P k`` it may issue up to one pipeline more than n requests."""
+    argv = ["redis-benchmark", "-h", HOST, "-p", str(port), "-c", str(clients),
+            "-n", str(n), "-q"]
+    if pipeline > 1:
+        argv += ["-P", str(pipeline)]
+    argv += [a if isinstance(a, str) else a.decode() for a in command]
+    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"redis-benchmark failed ({p.returncode}): {p.stdout[-500:]!r}")
+    return parse_rps(p.stdout)
+
+
+def bulk_load(port: int, command: list, n: int, pipeline: int = 64,
+              clients: int = BENCH_CLIENTS) -> None:
+    """Issue about n copies of a command as fast as possible (redis-benchmark
+    pipelined); callers count what actually landed (QLEN/LLEN)."""
+    redis_benchmark(port, command, n, clients=clients, pipeline=pipeline)
+
+
+def median(xs: list[float]) -> float:
+    s = sorted(xs)
+    k = len(s)
+    return s[k // 2] if k % 2 else (s[k // 2 - 1] + s[k // 2]) / 2
+
+
+def body(size: int = 100) -> str:
+    """A job body of ``size`` printable bytes (redis-benchmark takes argv strings)."""
+    return ("0123456789abcdefghijklmnopqrstuvwxyz" * (size // 36 + 1))[:size]
+
+
+def call_bulk(port: int, *args, timeout: float = 60.0) -> bytes:
+    """Send one command on a fresh connection; return its bulk string reply."""
+    with socket.create_connection((HOST, port), timeout=timeout) as s:
+        s.sendall(encode_command(*args))
+        buf = b""
+        while b"\r\n" not in buf:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionError(f"port {port} closed the connection")
+            buf += chunk
+        head, rest = buf.split(b"\r\n", 1)
+        if not head.startswith(b"$"):
+            raise RuntimeError(f"{args[0]} on port {port}: {head!r}")
+        size = int(head[1:])
+        while len(rest) < size + 2:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionError(f"port {port} closed the connection")
+            rest += chunk
+        return rest[:size]
+
+
+def wait_cluster_joined(nodes: list[Server], timeout: float = 30.0) -> None:
+    """Until every node knows every other one and reaches it (CLUSTER INFO)."""
+    want = [b"cluster_known_nodes:%d\r\n" % len(nodes),
+            b"cluster_reachable_nodes:%d\r\n" % (len(nodes) - 1)]
+    deadline = time.monotonic() + timeout
+    while True:
+        infos = [call_bulk(s.port, "CLUSTER", "INFO") for s in nodes]
+        if all(w in info for info in infos for w in want):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"cluster of {len(nodes)} nodes did not join within "
+                               f"{timeout} s: {infos!r}")
+        time.sleep(0.1)

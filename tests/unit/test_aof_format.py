@@ -1,0 +1,564 @@
+"""The AOF record format and loader (broker/aof_format.py), byte by byte.
+
+Jobs are made by a real Node (virtual clock, no I/O) whose ``aof`` is an
+in-memory recorder using the same encoder as the server's writer; the bytes are
+then loaded into a fresh Node, truncated, bit-flipped or zero-filled, and the
+loader must behave as the module docstring specifies every time.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+
+from broker import aof_format as fmt
+from broker import check_aof
+from broker.config import Config
+from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, QUEUED
+from broker.node import Node
+
+T0 = 1_700_000_000_000
+
+
+class VirtualClock:
+    def __init__(self, start: int = T0) -> None:
+        self.now = start
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class MemoryAOF:
+    """node.aof for tests: the server writer's hooks and encoder, into memory.
+    ``flush()`` after each command gives one flush per "event-loop turn"."""
+
+    def __init__(self) -> None:
+        self.data = bytearray(fmt.file_header())
+        self.pending: list = []
+        self.bounds = []        # (start, end) of every record written
+
+    def log_job(self, job):
+        self.pending.append(job)
+
+    def log_delete(self, job):
+        self.pending.append((fmt.REC_DEL, job.id))
+
+    def log_ack(self, job):
+        self.pending.append((fmt.REC_ACK, job.id))
+
+    def log_delivered(self, job):
+        self.pending.append((fmt.REC_DELIVERED, job.id))
+
+    def log_flushall(self):
+        self.pending.append((fmt.REC_FLUSHALL, None))
+
+    def flush(self):
+        if self.pending:
+            items, self.pending = self.pending, []
+            self.data += fmt.encode_items(items)
+        self.bounds = record_bounds(bytes(self.data))
+
+
+def record_bounds(data: bytes) -> list[tuple[int, int]]:
+    out = []
+    pos = fmt.FILE_HEADER_SIZE
+    while pos < len(data):
+        length = struct.unpack_from("<I", data, pos)[0]
+        out.append((pos, pos + fmt.REC_HEADER_SIZE + length))
+        pos += fmt.REC_HEADER_SIZE + length
+    assert pos == len(data)
+    return out
+
+
+def new_node(clock=None, seed=1):
+    return Node(Config(), clock or VirtualClock(), random.Random(seed))
+
+
+def run(node, client, *args):
+    reply = node.handle_command(client, [a if isinstance(a, bytes) else str(a).encode()
+                                         for a in args])
+    if node.aof is not None:
+        node.aof.flush()
+    return reply
+
+
+def advance(node, clock, ms: int) -> None:
+    end = clock.now + ms
+    while clock.now < end:
+        clock.now = min(end, max(clock.now + 1, min(node.next_deadline(), end)))
+        node.tick()
+        if node.aof is not None:
+            node.aof.flush()
+
+
+def load(data: bytes, now: int = T0 + 1000, enqueue_once: bool = False, chunk=None):
+    clock = VirtualClock(now)
+    node = new_node(clock, seed=2)
+    loader = fmt.Loader(node, now, enqueue_once)
+    if chunk is None:
+        loader.feed(data)
+    else:
+        for i in range(0, len(data), chunk):
+            loader.feed(data[i:i + chunk])
+    torn = loader.finish()
+    return node, torn, clock
+
+
+def ids_of(node) -> set:
+    return {j.id for j in node.iter_jobs()}
+
+
+@pytest.fixture
+def made():
+    """A node with a recorder and a mix of jobs; returns (node, clock, aof, client)."""
+    clock = VirtualClock()
+    node = new_node(clock)
+    aof = node.aof = MemoryAOF()
+    return node, clock, aof, node.new_client()
+
+
+def fill(node, clock, client, n=40):
+    """n jobs over two queues, one record per ADDJOB; returns their ids."""
+    ids = []
+    for i in range(n):
+        clock.now += 1
+        ids.append(run(node, client, "ADDJOB", f"q{i % 2}", f"body-{i}", 0, "RETRY", 5).encode())
+    return ids
+
+
+# ------------------------------------------------------------------ round trip
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+def test_roundtrip_keeps_every_field(made, monkeypatch, layout):
+    monkeypatch.setattr(fmt, "MIN_JOBS_FOR_COLUMNS", 1000 if layout == "rows" else 1)
+    node, clock, aof, c = made
+    a = run(node, c, "ADDJOB", "qa", b"\x00binary\r\nbody\xff", 0, "RETRY", 7, "TTL", 600).encode()
+    b = run(node, c, "ADDJOB", "qb", "", 0, "DELAY", 30, "RETRY", 9).encode()
+    z = run(node, c, "ADDJOB", "qa", "at most once", 0, "RETRY", 0).encode()
+    big = run(node, c, "ADDJOB", "qc", b"x" * 100_000, 0).encode()
+    run(node, c, "GETJOB", "FROM", "qa")            # a delivered
+    run(node, c, "NACK", a)                         # nacks 1, queued again
+    node.get_job(big).nodes_delivered = {"f" * 40, node.myself_id}
+    before = {j.id: j for j in node.iter_jobs()}
+    # Counters changed after creation (NACK) reach the file through a rewrite.
+    image = b"".join(fmt_snapshot(node))
+    assert image[fmt.FILE_HEADER_SIZE + fmt.REC_HEADER_SIZE] == (
+        fmt.REC_JOB_ROWS if layout == "rows" else fmt.REC_JOBS)
+
+    loaded, torn, _ = load(image, now=clock.now + 1000)
+    assert torn is None
+    assert ids_of(loaded) == {a, b, z, big}
+    for jid, old in before.items():
+        new = loaded.get_job(jid)
+        for f in ("queue", "body", "repl", "etime", "ctime", "delay", "retry", "nacks",
+                  "additional_deliveries", "nodes_delivered"):
+            assert getattr(new, f) == getattr(old, f), (jid, f)
+        assert new.state == ACTIVE                  # loaded jobs come back active
+    assert loaded.get_job(a).nacks == 1
+    assert loaded.job_count == 4
+    assert loaded.jobs_memory == node.jobs_memory
+    assert all(len(q.jobs) == 0 for q in loaded.queues.values())
+
+
+def test_loaded_jobs_are_requeued_by_their_retry_timer(made):
+    node, clock, aof, c = made
+    jid = run(node, c, "ADDJOB", "q", "b", 0, "RETRY", 5).encode()
+    # Loaded 60 s later: the recorded requeue time is past, so now + retry.
+    loaded, _, lclock = load(bytes(aof.data), now=clock.now + 60_000)
+    lc = loaded.new_client()
+    assert run(loaded, lc, "QLEN", "q") == 0
+    job = loaded.get_job(jid)
+    assert job.state == ACTIVE and job.qtime == lclock.now + 5000
+    advance(loaded, lclock, 4900)
+    assert run(loaded, lc, "QLEN", "q") == 0
+    advance(loaded, lclock, 200)
+    assert run(loaded, lc, "QLEN", "q") == 1
+
+
+def test_recorded_requeue_time_still_ahead_is_kept(made):
+    node, clock, aof, c = made
+    jid = run(node, c, "ADDJOB", "q", "b", 0, "RETRY", 100).encode()
+    loaded, _, lclock = load(bytes(aof.data), now=clock.now + 10_000)
+    assert loaded.get_job(jid).qtime == clock.now + 100_000
+
+
+def test_delay_not_elapsed_is_kept_even_for_retry_0(made):
+    node, clock, aof, c = made
+    jid = run(node, c, "ADDJOB", "q", "b", 0, "RETRY", 0, "DELAY", 20).encode()
+    loaded, _, lclock = load(bytes(aof.data), now=clock.now + 5_000)
+    lc = loaded.new_client()
+    advance(loaded, lclock, 14_000)
+    assert run(loaded, lc, "QLEN", "q") == 0
+    advance(loaded, lclock, 2_000)
+    assert run(loaded, lc, "QLEN", "q") == 1
+    assert run(loaded, lc, "GETJOB", "NOHANG", "FROM", "q")[0][1] == jid
+
+
+def test_retry_0_jobs_are_never_requeued_by_a_load(made):
+    node, clock, aof, c = made
+    queued = run(node, c, "ADDJOB", "q", "never delivered", 0, "RETRY", 0).encode()
+    run(node, c, "ADDJOB", "q", "delivered", 0, "RETRY", 0)
+    got = run(node, c, "GETJOB", "FROM", "q")[0][1]
+    assert got == queued
+    loaded, _, lclock = load(bytes(aof.data), now=clock.now + 1000)
+    lc = loaded.new_client()
+    advance(loaded, lclock, 3_600_000)
+    assert run(loaded, lc, "QLEN", "q") == 0
+    assert all(j.state == ACTIVE and not j.qtime for j in loaded.iter_jobs())
+    # aof-enqueue-jobs-once queues what was queued, never a delivered RETRY 0 job.
+    loaded, _, _ = load(bytes(aof.data), now=clock.now + 1000, enqueue_once=True)
+    q = loaded.queues[b"q"]
+    assert [j.body for j in q.jobs] == [b"delivered"]
+    assert loaded.get_job(got).flags & FLAG_DELIVERED
+
+
+def test_enqueue_once_restores_queues_exactly(made):
+    node, clock, aof, c = made
+    ids = fill(node, clock, c, 20)
+    delivered = [run(node, c, "GETJOB", "FROM", "q0")[0][1] for _ in range(3)]
+    before = {name: [j.id for j in q.jobs] for name, q in node.queues.items()}
+    # A controlled restart rewrites the file from memory (SHUTDOWN REWRITE-AOF).
+    image = b"".join(fmt_snapshot(node))
+    loaded, torn, _ = load(image, now=clock.now + 1000, enqueue_once=True)
+    assert torn is None
+    after = {name: [j.id for j in q.jobs] for name, q in loaded.queues.items()}
+    assert after == before
+    assert all(loaded.get_job(d).state == ACTIVE for d in delivered)
+    assert ids_of(loaded) == set(ids)
+
+
+def fmt_snapshot(node):
+    from broker.aof import snapshot_chunks
+    return snapshot_chunks(node, 0, fmt.SHARDS_COUNT, header=True)
+
+
+def test_acked_deleted_expired_and_flushed_jobs_are_not_live(made):
+    node, clock, aof, c = made
+    ids = fill(node, clock, c, 10)
+    run(node, c, "ACKJOB", ids[0])
+    run(node, c, "FASTACK", ids[1])
+    run(node, c, "DELJOB", ids[2])
+    short = run(node, c, "ADDJOB", "q", "short", 0, "TTL", 2).encode()
+    advance(node, clock, 2500)                      # TTL expiry: deleted and logged
+    assert node.get_job(short) is None
+    loaded, torn, _ = load(bytes(aof.data), now=clock.now)
+    assert torn is None
+    assert ids_of(loaded) == set(ids[3:])
+    # Even loaded before the expiry was logged, an expired job is dropped.
+    assert short not in ids_of(load(bytes(aof.data[:aof.bounds[-1][0]]), now=clock.now)[0])
+    run(node, c, "DEBUG", "FLUSHALL")
+    aof.log_flushall()
+    aof.flush()
+    after = run(node, c, "ADDJOB", "q", "after flushall", 0).encode()
+    loaded, _, _ = load(bytes(aof.data), now=clock.now)
+    assert ids_of(loaded) == {after}
+    assert loaded.job_count == 1
+
+
+def test_acked_job_with_other_holders_stays_acked(made):
+    node, clock, aof, c = made
+    jid = run(node, c, "ADDJOB", "q", "b", 0).encode()
+    job = node.get_job(jid)
+    job.nodes_delivered = {node.myself_id, "a" * 40}
+    aof.log_job(job)
+    node.ack_job(job)           # the cluster keeps it until every holder confirmed
+    aof.flush()
+    loaded, _, _ = load(bytes(aof.data), now=clock.now + 10)
+    lj = loaded.get_job(jid)
+    assert lj is not None and lj.state == ACKED
+    assert not loaded.queues or not loaded.queues[b"q"].jobs
+
+
+def test_a_later_job_record_replaces_the_earlier(made):
+    node, clock, aof, c = made
+    jid = run(node, c, "ADDJOB", "q", "b", 0).encode()
+    job = node.get_job(jid)
+    job.nacks = 5
+    aof.log_job(job)            # a rewrite may log a job twice: the last one wins
+    aof.flush()
+    loaded, _, _ = load(bytes(aof.data), now=clock.now + 10)
+    assert loaded.get_job(jid).nacks == 5
+    assert loaded.job_count == 1
+
+
+def test_incremental_feeding_gives_the_same_result(made):
+    node, clock, aof, c = made
+    ids = fill(node, clock, c, 30)
+    run(node, c, "ACKJOB", *ids[:5])
+    data = bytes(aof.data)
+    whole = ids_of(load(data)[0])
+    for chunk in (1, 7, 13, 64, 1000):
+        assert ids_of(load(data, chunk=chunk)[0]) == whole
+
+
+def test_a_record_bigger_than_the_chunks(made):
+    node, clock, aof, c = made
+    jid = run(node, c, "ADDJOB", "q", b"z" * (3 * 1024 * 1024), 0).encode()
+    data = bytes(aof.data)
+    loaded, torn, _ = load(data, chunk=65536)
+    assert torn is None and loaded.get_job(jid).body == b"z" * (3 * 1024 * 1024)
+    loaded, torn, _ = load(data[:-10], chunk=65536)
+    assert torn.offset == fmt.FILE_HEADER_SIZE and loaded.job_count == 0
+
+
+def test_batches_of_many_jobs_split_and_load(made):
+    node, clock, aof, c = made
+    node.aof = None
+    for i in range(3000):
+        run(node, c, "ADDJOB", f"q{i % 7}", f"b{i}", 0)
+    image = fmt.file_header() + fmt.encode_items(list(node.iter_jobs()))
+    assert len(record_bounds(image)) == 3           # 1024 jobs a record at most
+    loaded, torn, _ = load(image, now=node.clock() + 1)
+    assert torn is None and ids_of(loaded) == ids_of(node)
+
+
+# ------------------------------------------------------------------- damage
+def _expected_jobs(aof, node_before_records):
+    """ids alive after loading each prefix of records: list indexed by count."""
+    out = []
+    for k in range(len(aof.bounds) + 1):
+        end = aof.bounds[k - 1][1] if k else fmt.FILE_HEADER_SIZE
+        out.append(ids_of(load(bytes(aof.data[:end]))[0]))
+    return out
+
+
+@pytest.fixture
+def log_image(made):
+    node, clock, aof, c = made
+    ids = fill(node, clock, c, 12)
+    run(node, c, "ACKJOB", ids[3])
+    run(node, c, "DELJOB", ids[4], ids[5])
+    run(node, c, "GETJOB", "FROM", "q0")
+    run(node, c, "ADDJOB", "q9", "the last one", 0, "RETRY", 0)
+    run(node, c, "GETJOB", "FROM", "q9")            # R record
+    run(node, c, "ADDJOB", "q9", "really the last one", 0)
+    data = bytes(aof.data)
+    return data, aof.bounds, _expected_jobs(aof, None)
+
+
+def test_truncating_inside_the_last_record_at_every_offset(log_image):
+    data, bounds, expected = log_image
+    start, end = bounds[-1]
+    for cut in range(start + 1, end):
+        loaded, torn, _ = load(data[:cut])
+        assert torn is not None and torn.offset == start and torn.size == cut, cut
+        assert ids_of(loaded) == expected[len(bounds) - 1], cut
+    loaded, torn, _ = load(data)
+    assert torn is None and ids_of(loaded) == expected[-1]
+
+
+def test_truncating_at_random_offsets(log_image):
+    data, bounds, expected = log_image
+    rnd = random.Random(5)
+    for cut in [rnd.randrange(0, len(data)) for _ in range(300)] + [0, 1, 15, 16]:
+        loaded, torn, _ = load(data[:cut], chunk=rnd.choice([None, 5, 100]))
+        if cut == 0:
+            assert torn is None and loaded.job_count == 0
+            continue
+        if cut < fmt.FILE_HEADER_SIZE:
+            assert torn.offset == 0
+            continue
+        complete = sum(1 for s, e in bounds if e <= cut)
+        boundary = cut == fmt.FILE_HEADER_SIZE or any(e == cut for _, e in bounds)
+        if boundary:
+            assert torn is None, cut
+        else:
+            assert torn.offset == bounds[complete][0], cut
+        assert ids_of(loaded) == expected[complete], cut
+
+
+def _record_at(bounds, pos):
+    for k, (s, e) in enumerate(bounds):
+        if s <= pos < e:
+            return k
+    raise AssertionError(pos)
+
+
+def test_flipping_random_bytes(log_image):
+    data, bounds, expected = log_image
+    rnd = random.Random(7)
+    last = len(bounds) - 1
+    positions = [rnd.randrange(len(data)) for _ in range(400)]
+    positions += list(range(fmt.FILE_HEADER_SIZE)) + list(range(bounds[-1][0], len(data)))
+    for pos in positions:
+        bad = bytearray(data)
+        bad[pos] ^= rnd.randrange(1, 256)
+        if pos < fmt.FILE_HEADER_SIZE:
+            with pytest.raises(fmt.CorruptAOF) as e:
+                load(bytes(bad))
+            assert e.value.offset == 0
+            continue
+        k = _record_at(bounds, pos)
+        start = bounds[k][0]
+        in_header = pos < start + fmt.REC_HEADER_SIZE
+        if k == last and not in_header:
+            loaded, torn, _ = load(bytes(bad), chunk=rnd.choice([None, 3, 50]))
+            assert torn is not None and torn.offset == start, pos
+            assert ids_of(loaded) == expected[last], pos
+        else:
+            with pytest.raises(fmt.CorruptAOF) as e:
+                load(bytes(bad), chunk=rnd.choice([None, 3, 50]))
+            assert e.value.offset == start, (pos, e.value)
+            assert f"byte offset {start}" in str(e.value)
+
+
+def test_flipping_several_bytes_reports_the_first_damaged_record(log_image):
+    data, bounds, _ = log_image
+    rnd = random.Random(11)
+    for _ in range(100):
+        bad = bytearray(data)
+        picks = sorted(rnd.sample(range(fmt.FILE_HEADER_SIZE, bounds[-2][1]), 3))
+        for p in picks:
+            bad[p] ^= 0x5A
+        with pytest.raises(fmt.CorruptAOF) as e:
+            load(bytes(bad))
+        assert e.value.offset == bounds[_record_at(bounds, picks[0])][0]
+
+
+def test_zero_filled_tail_is_a_torn_tail(log_image):
+    data, bounds, expected = log_image
+    for n in (1, 11, 12, 13, 4096):
+        loaded, torn, _ = load(data + bytes(n), chunk=100)
+        assert torn is not None and torn.offset == len(data)
+        assert ids_of(loaded) == expected[-1]
+    # Zeros followed by data are corruption.
+    with pytest.raises(fmt.CorruptAOF) as e:
+        load(data + bytes(20) + b"\x01")
+    assert e.value.offset == len(data)
+
+
+def test_file_header_checks():
+    with pytest.raises(fmt.BadHeader, match="not a Disquette AOF"):
+        load(b"*2\r\n$7\r\nLOADJOB\r\n$3\r\nabc\r\n")
+    head = bytearray(fmt.file_header(version=2))
+    with pytest.raises(fmt.BadHeader, match="version 2"):
+        load(bytes(head))
+    node, torn, _ = load(fmt.file_header()[:9])
+    assert torn.offset == 0
+    node, torn, _ = load(b"")
+    assert torn is None and node.job_count == 0
+
+
+# --------------------------------------------------------------- check tool
+def test_check_tool_reports_and_fixes(tmp_path, log_image, capsys):
+    data, bounds, _ = log_image
+    p = tmp_path / "disque.aof"
+    p.write_bytes(data)
+    assert check_aof.main([str(p)]) == 0
+    assert "AOF is valid" in capsys.readouterr().out
+    p.write_bytes(data[:-3])
+    assert check_aof.main([str(p)]) == 1
+    out = capsys.readouterr().out
+    assert f"torn last record at byte offset {bounds[-1][0]}" in out
+    assert check_aof.main([str(p), "--fix"]) == 0
+    assert p.read_bytes() == data[:bounds[-1][0]]
+    assert check_aof.main([str(p)]) == 0
+    bad = bytearray(data)
+    bad[bounds[2][0] + 20] ^= 1
+    p.write_bytes(bytes(bad))
+    assert check_aof.main([str(p), "--fix"]) == 2
+    assert f"byte offset {bounds[2][0]}" in capsys.readouterr().out
+    assert p.read_bytes() == bytes(bad)             # not touched without --force
+    assert check_aof.main([str(p), "--fix", "--force"]) == 0
+    assert p.read_bytes() == data[:bounds[2][0]]
+
+
+# ------------------------------------------------------------------ rewrite
+class StepLoop:
+    """Just enough of an event loop for AppendOnlyFile, driven by the test."""
+
+    def __init__(self) -> None:
+        import threading
+        self.ready: list = []
+        self.lock = threading.Lock()
+
+    def call_soon(self, fn, *args):
+        h = _Handle(fn, args)
+        with self.lock:
+            self.ready.append(h)
+        return h
+
+    call_soon_threadsafe = call_soon
+
+    def call_later(self, delay, fn, *args):
+        return _Handle(fn, args)        # the cron is not needed here
+
+    def run_one(self) -> bool:
+        with self.lock:
+            if not self.ready:
+                return False
+            h = self.ready.pop(0)
+        if not h.cancelled:
+            h.fn(*h.args)
+        return True
+
+
+class _Handle:
+    def __init__(self, fn, args) -> None:
+        self.fn, self.args, self.cancelled = fn, args, False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+@pytest.mark.parametrize("flushall", [False, True])
+def test_background_rewrite_while_jobs_come_and_go(tmp_path, monkeypatch, flushall):
+    """The walk of the shards interleaved with creations, acks, deletions and
+    deliveries: the rewritten file loads to exactly the live jobs."""
+    import time as _time
+
+    from broker import aof as aof_mod
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(aof_mod, "REWRITE_SLICE", 0)    # one shard per turn
+    clock = VirtualClock()
+    node = new_node(clock)
+    loop = StepLoop()
+    aof = aof_mod.AppendOnlyFile(node, node.config, loop, exit_on_fatal=False)
+    aof._create_empty()
+    aof._open_append()
+    aof.state = "on"
+    node.aof = aof
+    c = node.new_client()
+    rnd = random.Random(3)
+    live = [run(node, c, "ADDJOB", f"q{i % 4}", f"b{i}", 0,
+                "RETRY", rnd.choice([0, 5])).encode() for i in range(3000)]
+    run(node, c, "ACKJOB", *live[:500])
+    assert aof.start_rewrite() == "Background append only file rewriting started"
+    turns = 0
+    deadline = _time.monotonic() + 30
+    while aof.rewrite is not None:
+        assert _time.monotonic() < deadline
+        op = rnd.random()
+        if op < 0.4:
+            live.append(run(node, c, "ADDJOB", "qn", f"n{turns}", 0, "RETRY",
+                            rnd.choice([0, 5])).encode())
+        elif op < 0.6:
+            run(node, c, "ACKJOB", rnd.choice(live))
+        elif op < 0.7:
+            run(node, c, "DELJOB", rnd.choice(live))
+        elif op < 0.8:
+            run(node, c, "GETJOB", "NOHANG", "FROM", "q0", "q1", "qn")
+        if flushall and turns == 2000:
+            run(node, c, "DEBUG", "FLUSHALL")
+            aof.log_flushall()
+        aof.flush()
+        if not loop.run_one():
+            _time.sleep(0.001)          # the background fsync
+        turns += 1
+    assert turns > 4096                 # the walk really was interleaved
+    assert aof.last_bgrewrite_status == "ok" and aof.state == "on"
+    # More records after the swap go to the new file.
+    after = run(node, c, "ADDJOB", "q", "after the swap", 0).encode()
+    expected = {j.id for j in node.iter_jobs() if j.state != ACKED}
+    assert after in expected
+    aof.shutdown("default")
+    data = (tmp_path / "disque.aof").read_bytes()
+    loaded, torn, _ = load(data, now=clock.now)
+    assert torn is None
+    assert ids_of(loaded) == expected
+    for j in node.iter_jobs():
+        if j.retry == 0 and j.flags & FLAG_DELIVERED:
+            assert loaded.get_job(j.id).flags & FLAG_DELIVERED
+    assert not list(tmp_path.glob("temp-*"))
