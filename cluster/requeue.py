@@ -28,7 +28,13 @@ def job_queued(cluster, job) -> None:
     job.flags &= ~FLAG_BCAST_QUEUED
     others = cluster.others_of(job)
     if others:
-        cluster.send_many(others, B.QUEUED, job.id)
+        cluster.send_many(others, B.QUEUED, queued_payload(job))
+
+
+def queued_payload(job) -> list:
+    """QUEUED carries the delivery counters, so every holder shows the same
+    nacks / additional-deliveries whichever of them re-queues next."""
+    return [job.id, job.nacks, job.additional_deliveries]
 
 
 def _postpone(node, job, now: int) -> None:
@@ -43,16 +49,19 @@ def on_willqueue(cluster, sender: str, jid, now: int) -> None:
     if job is None:
         return
     if job.state == QUEUED:
-        cluster.send(sender, B.QUEUED, jid)
+        cluster.send(sender, B.QUEUED, queued_payload(job))
     elif job.state == ACKED:
         cluster.send(sender, B.SETACK, [jid, len(job.nodes_delivered or ())])
 
 
-def on_queued(cluster, sender: str, jid, now: int) -> None:
+def on_queued(cluster, sender: str, payload, now: int) -> None:
     node = cluster.node
+    jid, nacks, deliveries = bytes(payload[0]), payload[1], payload[2]
     job = node.get_job(jid)
     if job is None or job.state == ACKED:
         return
+    job.nacks = max(job.nacks, nacks)
+    job.additional_deliveries = max(job.additional_deliveries, deliveries)
     if job.nodes_delivered is not None:
         job.nodes_delivered.add(sender)
     if job.state == QUEUED:
@@ -60,7 +69,7 @@ def on_queued(cluster, sender: str, jid, now: int) -> None:
             node.dequeue_job(job)
         else:
             # We win: tell the sender, which then drops its queued copy.
-            cluster.send(sender, B.QUEUED, jid)
+            cluster.send(sender, B.QUEUED, queued_payload(job))
             return
     if job.retry:
         _postpone(node, job, now)
