@@ -18,23 +18,27 @@ on the single redis-server with the same client count and pipelining:
   sync        ADDJOB q <100 B> 0 REPLICATE 3          the target: >= 0.4x
   sync-p16    the same with -P 16                      (reported, same 0.4x bar)
   async       ADDJOB q <100 B> 0 REPLICATE 3 ASYNC     (reported, same 0.4x bar)
+  sync-spread the sync row with the 50 clients spread over the 3 nodes (one
+              redis-benchmark per node, run at once; requests / wall time), as
+              Disque clients do (they pick nodes from HELLO)   (reported)
 
 The issue's target is the first row: a synchronously replicated ADDJOB (the
 client's answer waits for GOTJOB from two peers) at 0.4x of a Redis LPUSH that
-replicates nothing.
+replicates nothing, all 50 clients on one node.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
 
 from bench_single import environment, print_table
 from common import (
-    Server, body, median, redis_benchmark, settle, start_disquette_cluster, start_redis,
-    wait_cluster_joined,
+    BENCH_CLIENTS, HOST, Server, body, median, parse_rps, redis_benchmark, settle,
+    start_disquette_cluster, start_redis, wait_cluster_joined,
 )
 
 BODY = body(100)
@@ -49,6 +53,7 @@ class Row:
     ours_cmd: list
     pipeline: int
     full_n: int
+    spread: bool = False
 
 
 ROWS = [
@@ -58,6 +63,8 @@ ROWS = [
         ["ADDJOB", "q", BODY, "0", "REPLICATE", "3"], 16, 300_000),
     Row("async", "ADDJOB REPLICATE 3 ASYNC vs LPUSH, -c 50",
         ["ADDJOB", "q", BODY, "0", "REPLICATE", "3", "ASYNC"], 1, 100_000),
+    Row("sync-spread", "ADDJOB REPLICATE 3, clients on 3 nodes, vs LPUSH, -c 50",
+        ["ADDJOB", "q", BODY, "0", "REPLICATE", "3"], 1, 150_000, spread=True),
 ]
 REDIS_CMD = ["LPUSH", "q", BODY]
 
@@ -85,6 +92,28 @@ def wait_quiet(nodes: list[Server], timeout: float = 30.0) -> None:
             time.sleep(0.1)
 
 
+def spread_benchmark(servers: list[Server], cmd: list, n: int, clients: int = BENCH_CLIENTS
+                     ) -> float:
+    """``clients`` connections spread evenly over ``servers``, one redis-benchmark
+    per server, all at once: total requests / wall time until the last finished."""
+    k = len(servers)
+    procs = []
+    start = time.monotonic()
+    for i, s in enumerate(servers):
+        c = clients // k + (1 if i < clients % k else 0)
+        argv = ["redis-benchmark", "-h", HOST, "-p", str(s.port), "-c", str(c),
+                "-n", str(n * c // clients), "-q", *cmd]
+        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    for p in procs:
+        out, _ = p.communicate(timeout=900)
+        if p.returncode != 0:
+            raise RuntimeError(f"redis-benchmark failed ({p.returncode}): {out[-500:]!r}")
+        parse_rps(out)              # fails loudly on an unexpected output
+    elapsed = time.monotonic() - start
+    return sum(n * (clients // k + (1 if i < clients % k else 0)) // clients
+               for i in range(k)) / elapsed
+
+
 def measure(row: Row, cluster: list[Server], redis: Server, rounds: int, n: int
             ) -> tuple[float, float]:
     rates: dict[str, list[float]] = {"disquette": [], "redis": []}
@@ -95,7 +124,10 @@ def measure(row: Row, cluster: list[Server], redis: Server, rounds: int, n: int
         for kind, server, cmd in sides:
             flush_all(cluster if kind == "disquette" else [redis])
             settle(server, 0.3)
-            rates[kind].append(redis_benchmark(server.port, cmd, n, pipeline=row.pipeline))
+            if kind == "disquette" and row.spread:
+                rates[kind].append(spread_benchmark(cluster, cmd, n))
+            else:
+                rates[kind].append(redis_benchmark(server.port, cmd, n, pipeline=row.pipeline))
             if kind == "disquette":
                 time.sleep(0.3)          # ASYNC: replication may still be running
                 wait_quiet(cluster)

@@ -8,6 +8,7 @@ Hot path, per read: feed the RESP reader, run each complete command through
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import random
@@ -589,6 +590,19 @@ def remove_pidfile(config: Config) -> None:
             pass
 
 
+def tune_gc() -> None:
+    """Jobs are long-lived GC-tracked objects, millions of them. With CPython's
+    default schedule (a young collection every 700 allocations, a full one each
+    time the heap grew 25%) the collector re-traverses every job about four
+    times over its life: more than the job's own bookkeeping. Collect less
+    often (jobs hold no reference cycles: they are freed by refcount whatever
+    the schedule), and keep what exists at start-up (modules, config) out of
+    every collection."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 10, 20)
+
+
 def daemonize() -> None:
     if os.fork():
         os._exit(0)
@@ -629,6 +643,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     except ImportError:
         pass
+    tune_gc()
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     log.info("Disquette starting, pid=%d", os.getpid())

@@ -136,9 +136,9 @@ def tick(cluster, now: int) -> None:
 
 def on_repljob(cluster, sender: str, fields, now: int) -> None:
     """A peer asks us to hold a copy. Refused (no GOTJOB) over 75% memory, while
-    leaving, or when the queue is paused in."""
+    leaving or loading the AOF, or when the queue is paused in."""
     node = cluster.node
-    if node.leaving or node.memory_level() >= 1:
+    if node.leaving or node.loading or node.memory_level() >= 1:
         return
     jid = bytes(fields[0])
     q = node.queues.get(bytes(fields[1]))
@@ -155,15 +155,22 @@ def on_repljob(cluster, sender: str, fields, now: int) -> None:
         job.flags = FLAG_DELIVERED if job.retry else 0
         # The sender's list already names it when it keeps a copy; an external
         # replication (no copy there) must not list it.
-        job.nodes_delivered = set(job.nodes_delivered or ()) | {cluster.myself_id}
+        nd = job.nodes_delivered         # a fresh set (or None) of our own
+        if nd is None:
+            job.nodes_delivered = {cluster.myself_id}
+        else:
+            nd.add(cluster.myself_id)
         job.nodes_confirmed = None
         # If the node that queues it dies, we queue it after the delay + retry,
         # counted from now: replication itself may take a while.
-        created = job.ctime // 1_000_000
-        start = max(now, created + job.delay * 1000)
-        job.qtime = (start + job.retry * 1000
-                     + node.rng.randint(-REQUEUE_JITTER_MS, REQUEUE_JITTER_MS)
-                     if job.retry else 0)
+        if job.retry:
+            created = job.ctime // 1_000_000
+            start = max(now, created + job.delay * 1000)
+            # Uniform in [-JITTER, +JITTER] (as randint, in one C call).
+            jitter = int(node.rng.random() * (2 * REQUEUE_JITTER_MS + 1)) - REQUEUE_JITTER_MS
+            job.qtime = start + job.retry * 1000 + jitter
+        else:
+            job.qtime = 0
         node.register_job(job)
         if node.aof is not None:
             node.aof.log_job(job)

@@ -1,0 +1,126 @@
+"""Job-layer bus messages are batched per destination between two drains
+(cluster/cluster.py): one Send (a BATCH message when there are several) per peer,
+unpacked in order on the other side, counted as separate messages."""
+
+import random
+
+from broker.config import Config
+from broker.node import BLOCKED, Node
+from cluster.cluster import Cluster
+from cluster.membership import ClusterNode, DropLink, Link, Membership, Send, random_node_id
+from protocol import bus as B
+from protocol.bus import FrameReader, encode_frame
+from protocol.resp import Status
+
+NOW = 1_000_000
+
+
+def make_cluster(n: int = 3):
+    """n broker nodes that know each other (no handshake needed)."""
+    clock = [NOW]
+    nodes = []
+    for i in range(n):
+        rng = random.Random(i)
+        m = Membership(random_node_id(rng), "10.0.0.%d" % (i + 1), 7711, 17711, rng=rng,
+                       now=NOW)
+        node = Node(Config(), lambda: clock[0], rng, node_id=m.node_id)
+        nodes.append(Cluster(node, m))
+    for c in nodes:
+        for other in nodes:
+            if other is not c:
+                me = other.m.myself
+                cn = ClusterNode(me.id, me.ip, me.port, me.bus_port, 0, NOW)
+                cn.pong_received = NOW
+                cn.link = True
+                c.m.nodes[me.id] = cn
+    return nodes
+
+
+def sends(outputs):
+    return [o for o in outputs if isinstance(o, Send)]
+
+
+def wire(msg):
+    """Through the real frame format, as the bus carries it."""
+    r = FrameReader()
+    r.feed(encode_frame(msg))
+    (got,) = list(r)
+    return got
+
+
+def test_one_send_per_destination_in_order():
+    a, b, c = make_cluster()
+    bid, cid = b.myself_id, c.myself_id
+    a.send(bid, B.GOTJOB, b"j1")
+    a.send_many([bid, cid, a.myself_id], B.DELJOB, b"j2")
+    a.send(bid, B.QUEUED, b"j3")
+    out = sends(a.drain())
+    assert [s.node_id for s in out] == [bid, cid]
+    to_b, to_c = out
+    assert to_b.msg.type == B.BATCH
+    assert to_b.msg.payload == [B.GOTJOB, b"j1", B.DELJOB, b"j2", B.QUEUED, b"j3"]
+    assert (to_b.ip, to_b.bus_port) == ("10.0.0.2", 17711)
+    # A single message goes as itself, not as a batch of one.
+    assert to_c.msg.type == B.DELJOB and to_c.msg.payload == b"j2"
+    assert a.m.stats_sent == 4
+    assert a.drain() == [] and not a.has_output
+
+
+def test_nothing_for_a_node_deleted_before_the_drain():
+    a, b, c = make_cluster()
+    a.send(b.myself_id, B.GOTJOB, b"j1")
+    a.send(c.myself_id, B.GOTJOB, b"j1")
+    a._collect(a.m.forget(b.myself_id, NOW))
+    out = a.drain()
+    assert DropLink(b.myself_id, True) in out
+    assert [s.node_id for s in sends(out)] == [c.myself_id]
+
+
+def test_a_batch_is_handled_message_by_message():
+    a, b, _ = make_cluster()
+    seen = []
+    from cluster import cluster as cluster_mod
+    saved = dict(cluster_mod.HANDLERS)
+    try:
+        for t in (B.GOTJOB, B.DELJOB, B.QUEUED):
+            cluster_mod.HANDLERS[t] = (
+                lambda cl, sender, payload, now, t=t: seen.append((t, sender, payload)))
+        a.send(b.myself_id, B.GOTJOB, b"j1")
+        a.send(b.myself_id, B.DELJOB, b"j2")
+        a.send(b.myself_id, B.QUEUED, b"j3")
+        (s,) = sends(a.drain())
+        before = b.m.stats_received
+        b.handle_message(Link("10.0.0.1", "10.0.0.2"), wire(s.msg), NOW)
+    finally:
+        cluster_mod.HANDLERS.clear()
+        cluster_mod.HANDLERS.update(saved)
+    assert seen == [(B.GOTJOB, a.myself_id, b"j1"), (B.DELJOB, a.myself_id, b"j2"),
+                    (B.QUEUED, a.myself_id, b"j3")]
+    assert b.m.stats_received == before + 3
+
+
+def test_replicated_addjobs_travel_as_one_frame_each_way():
+    nodes = make_cluster()
+    a = nodes[0]
+    by_id = {c.myself_id: c for c in nodes}
+    clients = [a.node.new_client("c%d" % i) for i in range(5)]
+    for cl in clients:
+        r = a.node.handle_command(cl, [b"ADDJOB", b"q", b"body", b"0", b"REPLICATE", b"3"])
+        assert r is BLOCKED
+    out = sends(a.drain())
+    assert len(out) == 2 and all(s.msg.type == B.BATCH for s in out)
+    assert all(len(s.msg.payload) == 10 for s in out)
+    back = []
+    for s in out:
+        peer = by_id[s.node_id]
+        peer.handle_message(Link("10.0.0.1", peer.m.myself.ip), wire(s.msg), NOW)
+        assert peer.node.job_count == 5
+        (reply,) = sends(peer.drain())
+        assert reply.node_id == a.myself_id
+        assert reply.msg.type == B.BATCH and reply.msg.payload[0::2] == [B.GOTJOB] * 5
+        back.append(reply)
+    for s in back:
+        a.handle_message(Link("10.0.0.2", "10.0.0.1"), wire(s.msg), NOW)
+    assert [c for c, _ in a.node.outbox] == clients
+    assert all(isinstance(r, Status) and r.startswith("D-") for _, r in a.node.outbox)
+    assert not a.pending
