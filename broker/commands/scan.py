@@ -41,38 +41,58 @@ def _walk(shards_items, cursor: int, count: int, busyloop: bool):
     return (0 if shard >= SHARDS else shard), out
 
 
-@command("qscan", -1)
-def qscan(node, client, argv):
-    """QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE r]"""
-    cursor, cursor_parsed, i = 0, False, 1
-    count, busyloop, minlen, maxlen, minrate = DEFAULT_COUNT, False, 0, 0, 0
+def _parse_scan_args(argv: list, options: dict) -> tuple[int, int, bool, dict]:
+    """[cursor] [COUNT n] [BUSYLOOP] plus the command's own valued `options`
+    ({name: parse(value)}): (cursor, count, busyloop, {name: [values...]}).
+    As in Disque, the cursor may come anywhere among the options; any other
+    word is taken as the cursor, once."""
+    cursor, cursor_parsed, count, busyloop = 0, False, DEFAULT_COUNT, False
+    values: dict[bytes, list] = {}
+    i = 1
     while i < len(argv):
         opt = argv[i].lower()
-        last = i == len(argv) - 1
-        if opt == b"count" and not last:
+        has_value = i < len(argv) - 1
+        if opt == b"busyloop":
+            busyloop = True
+        elif opt == b"count" and has_value:
             count = parse_int(argv[i + 1])
             if count <= 0:
                 raise CommandError("ERR COUNT must be greater than zero")
             i += 1
-        elif opt == b"busyloop":
-            busyloop = True
-        elif opt == b"minlen" and not last:
-            minlen = parse_int(argv[i + 1])
-            i += 1
-        elif opt == b"maxlen" and not last:
-            maxlen = parse_int(argv[i + 1])
-            i += 1
-        elif opt == b"importrate" and not last:
-            minrate = parse_int(argv[i + 1])
+        elif opt in options and has_value:
+            values.setdefault(opt, []).append(options[opt](argv[i + 1]))
             i += 1
         elif not cursor_parsed:
-            # As in Disque, the cursor may come anywhere among the options;
-            # any other word is taken as the cursor, once.
             cursor = _parse_cursor(argv[i])
             cursor_parsed = True
         else:
             raise CommandError(SYNTAX_ERROR)
         i += 1
+    return cursor, count, busyloop, values
+
+
+def _state(arg: bytes) -> int:
+    state = STATE_BY_NAME.get(arg.lower())
+    if state is None:
+        raise CommandError("ERR Invalid job state name")
+    return state
+
+
+def _reply_kind(arg: bytes) -> bool:
+    kind = arg.lower()
+    if kind not in (b"id", b"all"):
+        raise CommandError("ERR REPLY option must be 'all' or 'id'")
+    return kind == b"all"
+
+
+@command("qscan", -1)
+def qscan(node, client, argv):
+    """QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE r]"""
+    cursor, count, busyloop, opts = _parse_scan_args(
+        argv, {b"minlen": parse_int, b"maxlen": parse_int, b"importrate": parse_int})
+    minlen = opts.get(b"minlen", [0])[-1]
+    maxlen = opts.get(b"maxlen", [0])[-1]
+    minrate = opts.get(b"importrate", [0])[-1]
     now = node.clock()
     by_shard: dict[int, list] = {}
     for name, q in node.queues.items():
@@ -89,41 +109,11 @@ def qscan(node, client, argv):
 @command("jscan", -1)
 def jscan(node, client, argv):
     """JSCAN [cursor] [COUNT n] [BUSYLOOP] [QUEUE q] [STATE s ...] [REPLY id|all]"""
-    cursor, cursor_parsed, i = 0, False, 1
-    count, busyloop, queue, states, reply_all = DEFAULT_COUNT, False, None, set(), False
-    while i < len(argv):
-        opt = argv[i].lower()
-        last = i == len(argv) - 1
-        if opt == b"count" and not last:
-            count = parse_int(argv[i + 1])
-            if count <= 0:
-                raise CommandError("ERR COUNT must be greater than zero")
-            i += 1
-        elif opt == b"busyloop":
-            busyloop = True
-        elif opt == b"queue" and not last:
-            queue = argv[i + 1]
-            i += 1
-        elif opt == b"state" and not last:
-            state = STATE_BY_NAME.get(argv[i + 1].lower())
-            if state is None:
-                raise CommandError("ERR Invalid job state name")
-            states.add(state)
-            i += 1
-        elif opt == b"reply" and not last:
-            kind = argv[i + 1].lower()
-            if kind not in (b"id", b"all"):
-                raise CommandError("ERR REPLY option must be 'all' or 'id'")
-            reply_all = kind == b"all"
-            i += 1
-        elif not cursor_parsed:
-            # As in Disque, the cursor may come anywhere among the options;
-            # any other word is taken as the cursor, once.
-            cursor = _parse_cursor(argv[i])
-            cursor_parsed = True
-        else:
-            raise CommandError(SYNTAX_ERROR)
-        i += 1
+    cursor, count, busyloop, opts = _parse_scan_args(
+        argv, {b"queue": bytes, b"state": _state, b"reply": _reply_kind})
+    queue = opts.get(b"queue", [None])[-1]
+    states = set(opts.get(b"state", ()))
+    reply_all = opts.get(b"reply", [False])[-1]
     now = node.clock()
 
     def items(shard: int):
