@@ -102,7 +102,7 @@ class Node:
         self.cluster = None                 # cluster layer, see cluster/
         self._ctime_ms = 0
         self._ctime_seq = 0
-        self._memo_time = (None, None, None)  # see _shared_time
+        self._memo_time: dict = {}          # see shared_time
         self.next_cron = now + CRON_INTERVAL_MS
         self.cmdstats: dict[bytes, list] = {}
         self.slowlog: list = []
@@ -224,13 +224,18 @@ class Node:
         return now * 1_000_000 + self._ctime_seq
 
     def shared_time(self, now: int, seconds: int) -> int:
-        """now + seconds, reusing the int object for runs of equal inputs: a million
-        jobs created in a burst share a handful of expire times (memory per job)."""
+        """now + seconds, reusing the int object for equal inputs: a million jobs
+        created in a burst share a handful of expire and requeue times (memory per
+        job). One memo entry per seconds value, as ADDJOB asks for its TTL and
+        then its RETRY: a single entry would miss every time."""
         memo = self._memo_time
-        if memo[0] == now and memo[1] == seconds:
-            return memo[2]
+        m = memo.get(seconds)
+        if m is not None and m[0] == now:
+            return m[1]
         t = now + seconds * 1000
-        self._memo_time = (now, seconds, t)
+        if len(memo) >= 64:     # seconds are client-chosen: keep the memo small
+            memo.clear()
+        memo[seconds] = (now, t)
         return t
 
     def register_job(self, job: Job) -> None:

@@ -24,7 +24,7 @@ from cluster.bus import ClusterBus
 from cluster.cluster import Cluster
 from cluster.membership import DropLink, Membership, SaveConfig, Send
 from protocol.bus import BATCH, BusProtocolError, encode_frame, unbatch
-from protocol.resp import Error, ProtocolError, Reader, encode
+from protocol.resp import Error, ProtocolError, Reader, encode, get_encoder
 
 log = logging.getLogger("broker.server")
 
@@ -88,11 +88,11 @@ class ClientConnection(asyncio.Protocol):
         """Run every complete buffered command until one blocks."""
         node = self.node
         client = self.client
-        reader = self.reader
-        proto = client.proto
-        out = []
-        gets = reader.gets
+        gets = self.reader.gets
         handle = node.handle_command
+        proto = client.proto
+        enc = get_encoder(proto)    # the connection's encoder: no protocol lookup per reply
+        out = []
         while True:
             try:
                 argv = gets()
@@ -109,15 +109,19 @@ class ClientConnection(asyncio.Protocol):
                 break
             if client.proto != proto:  # HELLO switched protocol: this reply uses the new one
                 proto = client.proto
-            if reply is None and client.closing:  # SHUTDOWN: no reply
+                enc = get_encoder(proto)
+            if client.closing:      # QUIT, CLIENT KILL, SHUTDOWN (no reply): stop here
+                if reply is not None:
+                    out.append(enc(reply))
                 break
-            out.append(encode(reply, proto))
-            if client.closing:
-                break
+            out.append(enc(reply))
         if out:
-            data = b"".join(out)
+            data = b"".join(out)    # one reply: join returns it as is
             node.stats["total_net_output_bytes"] += len(data)
-            self.write(data)
+            if self.server.held is None:    # no AOF: write() without its Python call
+                self.transport.write(data)
+            else:
+                self.write(data)
         if client.closing:
             self.close()
         else:

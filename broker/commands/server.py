@@ -74,7 +74,10 @@ def _section_persistence(node, now):
         fields += aof.info_fields()
     else:
         fields += [("aof_enabled", 0), ("aof_state", "off"),
-                   ("aof_rewrite_in_progress", 0), ("aof_rewrite_scheduled", 0)]
+                   ("aof_rewrite_in_progress", 0), ("aof_rewrite_scheduled", 0),
+                   ("aof_last_rewrite_time_sec", -1), ("aof_current_rewrite_time_sec", -1),
+                   ("aof_last_bgrewrite_status", "ok"), ("aof_last_write_status", "ok"),
+                   ("aof_fsync_policy", node.config.appendfsync)]
     return fields
 
 
