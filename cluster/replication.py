@@ -146,7 +146,7 @@ def on_repljob(cluster, sender: str, fields, now: int) -> None:
         return
     job = node.get_job(jid)
     if job is None:
-        if cluster.is_tombstoned(jid):
+        if jid in cluster.tombstones:   # cluster.is_tombstoned(jid), inlined
             return                      # a late REPLJOB for a job already collected
         job = job_from_fields(fields)
         job.state = ACTIVE

@@ -124,3 +124,39 @@ def test_replicated_addjobs_travel_as_one_frame_each_way():
     assert [c for c, _ in a.node.outbox] == clients
     assert all(isinstance(r, Status) and r.startswith("D-") for _, r in a.node.outbox)
     assert not a.pending
+
+
+def test_a_batch_too_big_for_one_frame_goes_message_by_message(monkeypatch):
+    """The shell's fallback (broker/server.py): a BATCH over the frame size limit
+    is sent as one frame per message rather than dropped."""
+    import broker.server as server_mod
+    from protocol.bus import BusProtocolError
+
+    real = server_mod.encode_frame
+
+    def encode(msg, *a):
+        if msg.type == B.BATCH:
+            raise BusProtocolError("too big")
+        return real(msg, *a)
+
+    monkeypatch.setattr(server_mod, "encode_frame", encode)
+    sent = []
+
+    class FakeBus:
+        def send(self, node_id, ip, bus_port, frame):
+            sent.append((node_id, frame))
+
+    class FakeServer:
+        bus = FakeBus()
+        apply_cluster_outputs = server_mod.Server.apply_cluster_outputs
+
+    a, b, _ = make_cluster()
+    a.send(b.myself_id, B.GOTJOB, b"j1")
+    a.send(b.myself_id, B.DELJOB, b"j2")
+    server_mod.Server.apply_cluster_outputs(FakeServer(), a.drain())
+    got = []
+    for node_id, frame in sent:
+        r = FrameReader()
+        r.feed(frame)
+        got += [(node_id, m.type, m.payload) for m in r]
+    assert got == [(b.myself_id, B.GOTJOB, b"j1"), (b.myself_id, B.DELJOB, b"j2")]
