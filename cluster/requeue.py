@@ -14,10 +14,20 @@ from broker.node import REQUEUE_JITTER_MS
 from protocol import bus as B
 
 
+# Holders re-queue in a fixed order (by node id, among the reachable ones), this
+# far apart, so the first one's QUEUED usually reaches the others before their
+# own time comes: they postpone instead of delivering a second copy. It is larger
+# than the +-250 ms jitter so that the order, not the draw, decides.
+REQUEUE_STAGGER_MS = 600
+
+
 def send_willqueue(cluster, job) -> None:
     others = cluster.others_of(job)
     if others:
         cluster.send_many(others, B.WILLQUEUE, job.id)
+        reachable = set(cluster.m.reachable_ids())
+        ahead = sum(1 for n in others if n in reachable and n < cluster.myself_id)
+        job.qtime += ahead * REQUEUE_STAGGER_MS
 
 
 def job_queued(cluster, job) -> None:
