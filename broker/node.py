@@ -21,7 +21,7 @@ from broker.job import (
     ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, JOB_OVERHEAD, QUEUED, Job,
 )
 from broker.queue import PAUSED_IN, PAUSED_OUT, Queue
-from broker.timers import TimerWheel
+from broker.timers import RESOLUTION_MS as TIMER_RESOLUTION_MS, TimerWheel
 from protocol.resp import NULL_ARRAY, Error
 
 log = logging.getLogger("broker.node")
@@ -292,9 +292,9 @@ class Node:
     def next_deadline(self):
         """Earliest time (ms) at which tick() has something to do."""
         t = self.next_cron
-        w = self.timers.next_time()
-        if w is not None and w < t:
-            t = w
+        heap = self.timers.heap     # timers.next_time(), inlined: this runs after every read
+        if heap and heap[0] * TIMER_RESOLUTION_MS < t:
+            t = heap[0] * TIMER_RESOLUTION_MS
         if self.block_heap and self.block_heap[0][0] < t:
             t = self.block_heap[0][0]
         if self.cluster is not None:
@@ -425,7 +425,7 @@ class Node:
 
     def fetch_job(self, q: Queue, now: int):
         """Take the oldest job for delivery (Disque's queueFetchJob)."""
-        job = q.pop()
+        job = q.jobs.popleft()
         if job is None:
             return None
         job.state = ACTIVE

@@ -815,11 +815,17 @@ def _build_encoder(proto: int) -> Callable[[Any], bytes]:
         # first/last element test keeps mixed lists off this path most of the
         # time; when it guesses wrong, the format raises TypeError.
         n = len(v)
-        if 0 < n <= _CANONICAL_MAX and type(v[0]) is bytes and type(v[-1]) is bytes:
-            try:
-                return _CANONICAL[n](v)
-            except TypeError:
-                pass
+        if 0 < n <= _CANONICAL_MAX:
+            first = v[0]
+            if type(first) is bytes and type(v[-1]) is bytes:
+                try:
+                    return _CANONICAL[n](v)
+                except TypeError:
+                    pass
+            elif n == 1 and type(first) is list:
+                # [[queue, id, body]], GETJOB's usual reply: skip enc_seq's
+                # generic per-element dispatch (half the cost of this reply).
+                return b"*1\r\n" + enc_list(first)
         return enc_seq(v)
 
     def enc_int(v: int) -> bytes:

@@ -8,6 +8,10 @@ from broker.queue import PAUSED_OUT
 from protocol.resp import NULL_ARRAY, Error
 
 LEAVING = Error("LEAVING Please use a different node")
+# Option names as clients send them (lower or upper case) -> lower case, so
+# the usual call needs no lower() per option.
+_OPTIONS = {o: o for o in b"from nohang withcounters timeout count".split()}
+_OPTIONS.update({o.upper(): o for o in _OPTIONS})
 
 
 @command("getjob", -3)
@@ -20,7 +24,7 @@ def getjob(node, client, argv):
     names = None
     i, argc = 1, len(argv)
     while i < argc:
-        opt = argv[i].lower()
+        opt = _OPTIONS.get(argv[i]) or argv[i].lower()
         last = i == argc - 1
         if opt == b"from":
             names = argv[i + 1:]
@@ -43,14 +47,20 @@ def getjob(node, client, argv):
     if not names:
         raise CommandError(SYNTAX_ERROR)
 
-    # Round robin over the queues, one job each per pass, until COUNT.
     queues = node.queues
-    found = [q for q in map(queues.get, names) if q is not None and q.jobs
-             and not q.flags & PAUSED_OUT]
+    if count == 1:
+        # The usual call: one job, from the first queue that has one.
+        for name in names:
+            q = queues.get(name)
+            if q is not None and q.jobs.size and not q.flags & PAUSED_OUT:
+                return [job_reply(node.fetch_job(q, node.clock()), withcounters)]
+        found = None
+    else:
+        found = [q for q in map(queues.get, names) if q is not None and q.jobs.size
+                 and not q.flags & PAUSED_OUT]
     if found:
+        # Round robin over the queues, one job each per pass, until COUNT.
         now = node.clock()
-        if count == 1:
-            return [job_reply(node.fetch_job(found[0], now), withcounters)]
         jobs = []
         while found and len(jobs) < count:
             for q in found:

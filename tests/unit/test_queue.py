@@ -1,0 +1,93 @@
+"""JobList (broker/queue.py) against a plain sorted-list model."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.queue import JobList, Queue
+
+
+class J:
+    __slots__ = ("ctime", "queue", "n")
+
+    def __init__(self, ctime: int, n: int) -> None:
+        self.ctime = ctime
+        self.queue = b"q"
+        self.n = n
+
+    def __repr__(self) -> str:
+        return f"J({self.ctime}#{self.n})"
+
+
+# add a new job with a ctime offset from the newest one (mostly increasing), re-add a
+# job that was taken out, pop the oldest, remove a queued one, peek.
+ops = st.lists(st.one_of(
+    st.tuples(st.just("new"), st.integers(-5, 20)),
+    st.tuples(st.just("readd"), st.integers(0, 1000)),
+    st.tuples(st.just("pop"), st.just(0)),
+    st.tuples(st.just("remove"), st.integers(0, 1000)),
+    st.tuples(st.just("peek"), st.integers(-6, 6)),
+), max_size=300)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops)
+def test_joblist_behaves_like_a_sorted_list(ops):
+    jl = JobList()
+    queued: list[J] = []     # the model: the live jobs
+    out: list[J] = []        # jobs taken out, may come back
+    last = 1000
+    n = 0
+    for op, arg in ops:
+        if op == "new":
+            last += arg
+            n += 1
+            j = J(last, n)
+            jl.add(j)
+            queued.append(j)
+        elif op == "readd" and out:
+            j = out.pop(arg % len(out))
+            jl.add(j)
+            queued.append(j)
+        elif op == "pop":
+            j = jl.popleft()
+            if not queued:
+                assert j is None
+                continue
+            assert j in queued and j.ctime == min(x.ctime for x in queued)
+            queued.remove(j)
+            out.append(j)
+        elif op == "remove" and queued:
+            j = queued.pop(arg % len(queued))
+            jl.remove(j)
+            out.append(j)
+        elif op == "peek":
+            q = Queue(b"q", 0)
+            q.jobs = jl
+            got = q.peek(arg)
+            want = sorted(queued, key=lambda x: x.ctime, reverse=arg < 0)[:abs(arg)]
+            assert [x.ctime for x in got] == [x.ctime for x in want]
+        assert len(jl) == len(queued)
+        assert sorted(map(id, jl)) == sorted(map(id, queued))
+        assert [x.ctime for x in jl] == sorted(x.ctime for x in queued)
+    while queued:
+        j = jl.pop(0)
+        assert j.ctime == min(x.ctime for x in queued)
+        queued.remove(j)
+    assert jl.popleft() is None and not jl
+
+
+def test_dead_entries_are_compacted():
+    jl = JobList()
+    jobs = [J(i, i) for i in range(5000)]
+    for j in jobs:
+        jl.add(j)
+    for j in jobs[:4000]:
+        jl.remove(j)
+    assert len(jl) == 1000
+    # The run was rebuilt once the dead outnumbered the live by the slack.
+    assert len(jl._run) < 5000 and len(jl._dead) <= len(jl) + 1024
+    assert [j.ctime for j in jl] == list(range(4000, 5000))
+    jl.clear()
+    assert len(jl) == 0 and list(jl) == [] and jl.popleft() is None
