@@ -402,8 +402,11 @@ class Node:
         q.jobs_in += 1
         if q.blocked and not q.flags & PAUSED_OUT:
             self.ready_queues.append(q)
-        if self.cluster is not None:
-            self.cluster.job_queued(job)
+        cluster = self.cluster
+        # Only jobs with other holders, or queues other nodes asked for, concern
+        # the cluster: a lone job skips the calls (hot path).
+        if cluster is not None and (job.nodes_delivered or cluster.interest):
+            cluster.job_queued(job)
         return True
 
     def set_queue_pause(self, q: Queue, flags: int) -> None:

@@ -608,9 +608,8 @@ class HiredisReader:
                 self._pos = 0
                 return False
             if len(self._buf) - pos > self.max_query_buffer:
-                self._error = ProtocolError(ERR_QUERY_BUFFER)
-                self._fast = False
-                raise ProtocolError(ERR_QUERY_BUFFER)
+                # PyReader decides: a malformed tail is reported before the limit.
+                return self._to_python()
             if _tail_is_waiting(self._buf, pos, self.max_multibulk_len, self.max_bulk_len):
                 return False
             # A tail that is big or unusual: PyReader checks it and keeps it.
