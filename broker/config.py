@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from protocol.resp import split_args as _resp_split_args
+
 __all__ = [
     "Config",
     "ConfigError",
@@ -83,68 +85,19 @@ class ConfigError(Exception):
 
 
 _SPACE = " \t\n\v\f\r"
-_HEX = "0123456789abcdefABCDEF"
-_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "a": "\a"}
 
 
 def split_args(line: str) -> list[str]:
-    """Split a line like Redis ``sdssplitargs`` does.
+    """Split a line like Redis ``sdssplitargs`` does (the same port that reads
+    inline commands, protocol/resp.py, on the line's UTF-8 bytes).
 
     Raises ValueError on unbalanced quotes, or when a closing quote is glued to
     more text (``"foo"bar``), exactly the cases Redis refuses.
     """
-    args: list[str] = []
-    i, n = 0, len(line)
-    while True:
-        while i < n and line[i] in _SPACE:
-            i += 1
-        if i >= n:
-            return args
-        cur: list[str] = []
-        in_dq = in_sq = False
-        while True:
-            c = line[i] if i < n else ""
-            if in_dq:
-                if (c == "\\" and i + 3 < n and line[i + 1] == "x"
-                        and line[i + 2] in _HEX and line[i + 3] in _HEX):
-                    cur.append(chr(int(line[i + 2:i + 4], 16)))
-                    i += 3
-                elif c == "\\" and i + 1 < n:
-                    i += 1
-                    cur.append(_ESCAPES.get(line[i], line[i]))
-                elif c == '"':
-                    if i + 1 < n and line[i + 1] not in _SPACE:
-                        raise ValueError("closing quote must be followed by a space")
-                    i += 1
-                    break
-                elif c == "":
-                    raise ValueError("unbalanced quotes")
-                else:
-                    cur.append(c)
-            elif in_sq:
-                if c == "\\" and i + 1 < n and line[i + 1] == "'":
-                    i += 1
-                    cur.append("'")
-                elif c == "'":
-                    if i + 1 < n and line[i + 1] not in _SPACE:
-                        raise ValueError("closing quote must be followed by a space")
-                    i += 1
-                    break
-                elif c == "":
-                    raise ValueError("unbalanced quotes")
-                else:
-                    cur.append(c)
-            else:
-                if c == "" or c in " \n\r\t":
-                    break
-                if c == '"':
-                    in_dq = True
-                elif c == "'":
-                    in_sq = True
-                else:
-                    cur.append(c)
-            i += 1
-        args.append("".join(cur))
+    words = _resp_split_args(line.encode("utf-8", "surrogateescape"))
+    if words is None:
+        raise ValueError("unbalanced quotes")
+    return [w.decode("utf-8", "surrogateescape") for w in words]
 
 
 def quote_arg(s: str) -> str:
