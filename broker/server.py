@@ -37,7 +37,8 @@ def wall_ms() -> int:
 class ClientConnection(asyncio.Protocol):
     """One client socket. Replies are written in batches, one write per read."""
 
-    __slots__ = ("server", "node", "transport", "client", "reader", "waiting", "closed")
+    __slots__ = ("server", "node", "transport", "client", "reader", "waiting", "closed",
+                 "overflow_check")
 
     def __init__(self, server: "Server") -> None:
         self.server = server
@@ -47,6 +48,7 @@ class ClientConnection(asyncio.Protocol):
         self.reader = None
         self.waiting = False    # a command of ours is blocked: hold back the rest
         self.closed = False
+        self.overflow_check = None  # timer while over the output buffer soft limit
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -66,6 +68,48 @@ class ClientConnection(asyncio.Protocol):
         cfg = node.config
         self.reader = Reader(max_bulk_len=cfg.proto_max_bulk_len,
                              max_query_buffer=cfg.client_query_buffer_limit)
+        self.apply_output_limits()
+
+    # -- client-output-buffer-limit (class "normal"), on asyncio's flow control:
+    # the transport calls pause_writing() once its buffer passes the high-water
+    # mark, so the write path itself pays nothing.
+    def apply_output_limits(self) -> None:
+        lim = self.node.config.client_output_buffer_limit.get("normal")
+        marks = [x for x in (lim.hard, lim.soft) if x] if lim is not None else []
+        if marks:
+            self.transport.set_write_buffer_limits(high=min(marks))
+        else:
+            self.transport.set_write_buffer_limits()    # asyncio's defaults, no limit
+
+    def pause_writing(self) -> None:
+        self.check_output_buffer(self.node.clock())
+
+    def resume_writing(self) -> None:
+        if self.overflow_check is not None:
+            self.overflow_check.cancel()
+            self.overflow_check = None
+
+    def check_output_buffer(self, soft_since: int) -> None:
+        """Over the hard limit: disconnect now; over the soft one for
+        soft-seconds: disconnect; else look again shortly (as Redis does)."""
+        self.overflow_check = None
+        lim = self.node.config.client_output_buffer_limit.get("normal")
+        if self.closed or lim is None:
+            return
+        size = self.transport.get_write_buffer_size()
+        now = self.node.clock()
+        over_soft = lim.soft and size > lim.soft
+        if (lim.hard and size > lim.hard) or (
+                over_soft and now - soft_since >= lim.soft_seconds * 1000):
+            log.warning("Client %s closed for overcoming of output buffer limits.",
+                        self.client.addr)
+            self.closed = True
+            self.transport.abort()          # drop what it never read
+            self.node.client_closed(self.client)
+            return
+        if lim.hard or over_soft:
+            self.overflow_check = self.server.loop.call_later(
+                0.05, self.check_output_buffer, soft_since if over_soft else now)
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -508,6 +552,10 @@ class Server:
             self.node.aof.flush(fsync=True)
         elif name == "loglevel":
             logging.getLogger().setLevel(LOGLEVELS[self.config.loglevel])
+        elif name == "client-output-buffer-limit":
+            for client in list(self.node.clients.values()):
+                if client.conn is not None and not client.conn.closed:
+                    client.conn.apply_output_limits()
         elif name == "cluster-node-timeout":
             self.cluster.m.node_timeout = self.config.cluster_node_timeout
         elif name.startswith("cluster-announce"):
