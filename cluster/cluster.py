@@ -17,10 +17,14 @@ replicated, acked or requeued. ``has_output`` tells whether a drain is due.
 
 from __future__ import annotations
 
+import logging
+
 from broker.job import FLAG_BCAST_QUEUED
 from cluster import acks, federation, replication, requeue
 from cluster.membership import Membership, NodeEvent, SaveConfig, Send
 from protocol import bus as B
+
+log = logging.getLogger("cluster")
 
 MEMBERSHIP_TICK_MS = 100
 # A deleted replicated job is remembered this long, so that a REPLJOB or YOURJOBS
@@ -163,13 +167,23 @@ class Cluster:
                 for i in range(0, len(items), 2):
                     handler = get(items[i])
                     if handler is not None:
-                        handler(self, sender, items[i + 1], now)
+                        self._run(handler, sender, items[i], items[i + 1], now)
             else:
                 handler = HANDLERS.get(mtype)
                 if handler is not None:
-                    handler(self, sender, msg.payload, now)
+                    self._run(handler, sender, mtype, msg.payload, now)
         if self.node.ready_queues:
             self.node.serve_ready_queues()
+
+    def _run(self, handler, sender: str, mtype: int, payload, now: int) -> None:
+        """One job-layer message. A payload this node cannot use (a peer with a
+        bug, or another version) drops that message only: the rest of the batch,
+        the link and the node carry on."""
+        try:
+            handler(self, sender, payload, now)
+        except (TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
+            log.warning("Dropped a malformed %s from %s: %r",
+                        B.TYPE_NAMES.get(mtype, mtype), sender, e)
 
     def job_deleted(self, job) -> None:
         if job.nodes_delivered:

@@ -160,3 +160,18 @@ def test_a_batch_too_big_for_one_frame_goes_message_by_message(monkeypatch):
         r.feed(frame)
         got += [(node_id, m.type, m.payload) for m in r]
     assert got == [(b.myself_id, B.GOTJOB, b"j1"), (b.myself_id, B.DELJOB, b"j2")]
+
+
+def test_a_malformed_message_drops_only_itself():
+    """A payload the node cannot use (a buggy peer, another version) is logged
+    and dropped; the rest of the batch is still handled."""
+    a, b, _ = make_cluster()
+    c = b.node.new_client()
+    jid = b.node.handle_command(c, [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"1"])
+    jid = jid.encode()
+    a.send(b.myself_id, B.REPLJOB, 5)                 # not a job at all
+    a.send(b.myself_id, B.SETACK, [b"too-short"])     # missing may-have
+    a.send(b.myself_id, B.DELJOB, jid)                # valid: deletes the job
+    (s,) = sends(a.drain())
+    b.handle_message(Link("10.0.0.1", "10.0.0.2"), wire(s.msg), NOW)
+    assert b.node.get_job(jid) is None
