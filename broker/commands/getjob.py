@@ -14,7 +14,7 @@ _OPTIONS = {o: o for o in b"from nohang withcounters timeout count".split()}
 _OPTIONS.update({o.upper(): o for o in _OPTIONS})
 
 
-@command("getjob", -3)
+@command("getjob", -2)   # Disque's arity: "GETJOB FROM" is a syntax error
 def getjob(node, client, argv):
     """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM queue [queue ...]"""
     timeout = 0

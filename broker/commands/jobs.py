@@ -129,7 +129,7 @@ def show_fields(node, job, now: int) -> list:
         b"queue", job.queue,
         b"state", job.state_name,
         b"repl", job.repl,
-        b"ttl", (job.etime - now) // 1000,
+        b"ttl", -((now - job.etime) // 1000),     # seconds left, rounded up like Disque's
         b"ctime", job.ctime,
         b"delay", job.delay,
         b"retry", job.retry,

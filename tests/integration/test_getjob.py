@@ -73,7 +73,8 @@ def test_reply_shape_byte_exact(snode):
 
 # -------------------------------------------------------------- argument errors
 @pytest.mark.parametrize("args,reply", [
-    (("FROM",), b"-ERR wrong number of arguments for 'getjob' command\r\n"),
+    ((), b"-ERR wrong number of arguments for 'getjob' command\r\n"),
+    (("FROM",), b"-ERR syntax error\r\n"),       # as Disque (arity -2)
     (("NOHANG", "FROM"), b"-ERR syntax error\r\n"),
     (("NOHANG", "q"), b"-ERR syntax error\r\n"),
     (("BOGUS", "FROM", "q"), b"-ERR syntax error\r\n"),
@@ -82,7 +83,7 @@ def test_reply_shape_byte_exact(snode):
     (("COUNT", "x", "FROM", "q"), b"-ERR COUNT must be a number greater than zero\r\n"),
     (("TIMEOUT", "-1", "FROM", "q"), b"-ERR timeout is negative\r\n"),
     (("TIMEOUT", "x", "FROM", "q"), b"-ERR timeout is not an integer or out of range\r\n"),
-    (("TIMEOUT",), b"-ERR wrong number of arguments for 'getjob' command\r\n"),
+    (("TIMEOUT",), b"-ERR syntax error\r\n"),
 ])
 def test_getjob_argument_errors(snode, args, reply):
     assert snode.raw().call("GETJOB", *args) == reply
@@ -305,3 +306,4 @@ def test_leaving_node_refuses_to_block(snode):
     finally:
         assert r.call("CLUSTER", "LEAVING", "no") == b"+OK\r\n"
     assert r.call("HELLO").endswith(b"$1\r\n1\r\n")
+
