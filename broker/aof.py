@@ -441,13 +441,15 @@ class AppendOnlyFile:
                             await asyncio.sleep(0)
                     torn = loader.finish()
                 finally:
+                    if loader.stats["jobs"] >= FREEZE_AFTER_LOAD:
+                        # Loaded jobs live long and form no cycles: keep the cyclic
+                        # GC from walking millions of them on every full collection.
+                        # Frozen before the GC is back on, or its first pass (right
+                        # away: a million new objects) walks them all once.
+                        gc.freeze()
                     if gc_was:
                         gc.enable()
                 self._after_load(loader, torn)
-                if loader.stats["jobs"] >= FREEZE_AFTER_LOAD:
-                    # Loaded jobs live long and form no cycles: keep the cyclic GC
-                    # from walking millions of them on every full collection.
-                    gc.freeze()
             else:
                 log.info("No append only file %s yet: starting with an empty one", self.path)
                 self._create_empty()
