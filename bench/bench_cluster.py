@@ -26,15 +26,14 @@ replicates nothing, all 50 clients on one node.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from dataclasses import dataclass
 
 from bench_single import environment, print_table
 from common import (
-    Server, body, call_bulk, median, redis_benchmark, settle, start_disquette_cluster,
-    start_redis, wait_cluster_joined,
+    Server, body, call_bulk, median, parse_bench_args, redis_benchmark, settle,
+    start_disquette_cluster, start_redis, wait_cluster_joined,
 )
 
 BODY = body(100)
@@ -113,15 +112,8 @@ def measure(row: Row, cluster: list[Server], redis: Server, rounds: int, n: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="a fifth of the requests, one round")
-    ap.add_argument("--only", default="", help="comma-separated rows: "
-                    + ", ".join(r.name for r in ROWS))
-    ap.add_argument("--rounds", type=int, default=0, help="rounds per row "
-                    "(default 3, 1 with --quick)")
-    ap.add_argument("--scale", type=float, default=1.0, help="multiply request counts")
-    args = ap.parse_args(argv)
-    names = [x.strip() for x in args.only.split(",") if x.strip()]
+    args = parse_bench_args(argv, __doc__.split("\n\n")[0], [r.name for r in ROWS])
+    names = args.names
     rows = [r for r in ROWS if not names or r.name in names]
     if not rows:
         # `make bench BENCH_ARGS="--only addjob"` passes bench_single.py's row

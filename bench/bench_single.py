@@ -25,7 +25,6 @@ process, redis-benchmark and RSS helpers (``start_disquette_cluster``...).
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import subprocess
@@ -34,7 +33,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from common import (
-    Server, body, bulk_load, call_int, median, redis_benchmark, settle,
+    Server, body, bulk_load, call_int, median, parse_bench_args, redis_benchmark, settle,
     start_disquette, start_redis,
 )
 
@@ -252,18 +251,11 @@ def environment() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="a fifth of the requests, one round")
-    ap.add_argument("--only", default="", help="comma-separated rows: "
-                    + ", ".join(m.name for m in METRICS))
-    ap.add_argument("--rounds", type=int, default=0, help="rounds per throughput row "
-                    "(default 3, 1 with --quick)")
-    ap.add_argument("--scale", type=float, default=1.0, help="multiply request counts")
-    args = ap.parse_args(argv)
-    names = [x.strip() for x in args.only.split(",") if x.strip()]
+    args = parse_bench_args(argv, __doc__.split("\n\n")[0], [m.name for m in METRICS])
+    names = args.names
     unknown = set(names) - {m.name for m in METRICS}
     if unknown:
-        ap.error(f"unknown row(s): {', '.join(sorted(unknown))}")
+        args.parser.error(f"unknown row(s): {', '.join(sorted(unknown))}")
     metrics = [m for m in METRICS if not names or m.name in names]
 
     print(environment(), flush=True)

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import signal
+import argparse
 import socket
 import subprocess
 import sys
@@ -210,18 +211,28 @@ def encode_command(*args) -> bytes:
     return b"".join(out)
 
 
+def _recv(s: socket.socket, port: int) -> bytes:
+    chunk = s.recv(65536)
+    if not chunk:
+        raise ConnectionError(f"port {port} closed the connection")
+    return chunk
+
+
+def _first_line(s: socket.socket, port: int) -> tuple[bytes, bytes]:
+    """Read until the reply's first CRLF: (that line, what came after it)."""
+    buf = b""
+    while b"\r\n" not in buf:
+        buf += _recv(s, port)
+    head, rest = buf.split(b"\r\n", 1)
+    return head, rest
+
+
 def call(port: int, *args, timeout: float = 60.0) -> bytes:
     """Send one command on a fresh connection; return its reply's first line
     without CRLF (enough for +OK, -ERR, :n)."""
     with socket.create_connection((HOST, port), timeout=timeout) as s:
         s.sendall(encode_command(*args))
-        buf = b""
-        while b"\r\n" not in buf:
-            chunk = s.recv(65536)
-            if not chunk:
-                raise ConnectionError(f"port {port} closed the connection")
-            buf += chunk
-        return buf.split(b"\r\n", 1)[0]
+        return _first_line(s, port)[0]
 
 
 def call_int(port: int, *args) -> int:
@@ -305,21 +316,12 @@ def call_bulk(port: int, *args, timeout: float = 60.0) -> bytes:
     """Send one command on a fresh connection; return its bulk string reply."""
     with socket.create_connection((HOST, port), timeout=timeout) as s:
         s.sendall(encode_command(*args))
-        buf = b""
-        while b"\r\n" not in buf:
-            chunk = s.recv(65536)
-            if not chunk:
-                raise ConnectionError(f"port {port} closed the connection")
-            buf += chunk
-        head, rest = buf.split(b"\r\n", 1)
+        head, rest = _first_line(s, port)
         if not head.startswith(b"$"):
             raise RuntimeError(f"{args[0]} on port {port}: {head!r}")
         size = int(head[1:])
         while len(rest) < size + 2:
-            chunk = s.recv(65536)
-            if not chunk:
-                raise ConnectionError(f"port {port} closed the connection")
-            rest += chunk
+            rest += _recv(s, port)
         return rest[:size]
 
 
@@ -336,3 +338,17 @@ def wait_cluster_joined(nodes: list[Server], timeout: float = 30.0) -> None:
             raise RuntimeError(f"cluster of {len(nodes)} nodes did not join within "
                                f"{timeout} s: {infos!r}")
         time.sleep(0.1)
+
+
+def parse_bench_args(argv, description: str, row_names: list[str]):
+    """The options every bench script takes."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--quick", action="store_true", help="a fifth of the requests, one round")
+    ap.add_argument("--only", default="", help="comma-separated rows: " + ", ".join(row_names))
+    ap.add_argument("--rounds", type=int, default=0, help="rounds per throughput row "
+                    "(default 3, 1 with --quick)")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply request counts")
+    args = ap.parse_args(argv)
+    args.names = [x.strip() for x in args.only.split(",") if x.strip()]
+    args.parser = ap
+    return args
