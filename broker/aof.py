@@ -88,6 +88,7 @@ class AppendOnlyFile:
         self.fsync_future = None
         self.delayed_fsync = 0
         self.last_write_status = "ok"
+        self.last_write_error = ""      # strerror of the failing write (MISCONF)
         self.last_write_error_log = 0.0
         self.last_bgrewrite_status = "ok"
         self.last_rewrite_time = -1
@@ -187,6 +188,7 @@ class AppendOnlyFile:
 
     def _write_failed(self, e: OSError) -> None:
         self.last_write_status = "err"
+        self.last_write_error = e.strerror or str(e)
         if self.config.appendfsync == "always":
             # As Redis: acknowledged writes can no longer be guaranteed.
             log.warning("Can't write to the append-only file: %s (appendfsync always): "

@@ -161,6 +161,11 @@ class Node:
             if (maxmem and BASE_MEMORY + self.jobs_memory + len(self.queues) * QUEUE_OVERHEAD
                     >= maxmem and self.out_of_memory()):
                 return Error("OOM command not allowed when used memory > 'maxmemory'.")
+            aof = self.aof
+            if aof is not None and aof.last_write_status != "ok":
+                # As Redis: no new jobs while they cannot be logged (disk full...).
+                return Error(f"MISCONF Errors writing to the AOF file: "
+                             f"{aof.last_write_error}")
         if self.monitors:
             self.feed_monitors(client, argv)
         perf_ns = self.perf_ns

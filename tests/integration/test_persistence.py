@@ -354,3 +354,32 @@ def test_answers_loading_then_pong_while_a_big_aof_loads(node_factory, tmp_path)
     assert replies[-1] == b"+PONG\r\n"
     assert any(r.startswith(b"-LOADING") for r in replies), replies[:3]
     assert n.client().info("jobs")["registered_jobs"] == count
+
+
+def test_misconf_while_the_aof_cannot_be_written(node_factory):
+    """Disk full (here: a file size limit, EFBIG): no new jobs are accepted with
+    -MISCONF until the log can be written again; nothing acknowledged is lost."""
+    # Soft limit only, so that it can be raised again while the node runs.
+    limited = ["prlimit", "--fsize=300000:unlimited", sys.executable, "-m", "broker"]
+    n = node_factory(cmd=limited, appendonly="yes", appendfsync="everysec")
+    c = n.client()
+    body = b"x" * 20_000
+    accepted = []
+    misconf = None
+    for _ in range(60):
+        try:
+            accepted.append(c.execute_command("ADDJOB", "q", body, 0))
+        except redis.ResponseError as e:
+            misconf = str(e)
+            break
+    assert misconf is not None and misconf.startswith("MISCONF Errors writing to the AOF file")
+    assert "too large" in misconf.lower()
+    assert pinfo(n)["aof_last_write_status"] == "err"
+    assert c.execute_command("QLEN", "q") == len(accepted)       # reads still work
+    # Room again: the once-a-second retry writes what was buffered.
+    subprocess.run(["prlimit", "--pid", str(n.pid), "--fsize=unlimited"], check=True)
+    wait_until(lambda: pinfo(n)["aof_last_write_status"] == "ok", timeout=10)
+    accepted.append(c.execute_command("ADDJOB", "q", body, 0))
+    n.kill()        # everysec wrote every record before its reply went out
+    n.start()
+    assert all_ids(n) >= set(accepted)
