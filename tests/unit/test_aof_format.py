@@ -34,6 +34,8 @@ class MemoryAOF:
     """node.aof for tests: the server writer's hooks and encoder, into memory.
     ``flush()`` after each command gives one flush per "event-loop turn"."""
 
+    last_write_status = "ok"   # the Node checks it before accepting new jobs
+
     def __init__(self) -> None:
         self.data = bytearray(fmt.file_header())
         self.pending: list = []
