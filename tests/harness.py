@@ -531,6 +531,8 @@ class NodeProcess:
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGTERM)
+                # A node a test froze (SIGSTOP) handles SIGTERM once continued.
+                self.proc.send_signal(signal.SIGCONT)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -684,6 +686,16 @@ class NodeFactory:
     def stop_all(self) -> None:
         for n in reversed(self.nodes):
             n.stop()
+
+
+def module_factory(tmp_path_factory, name: str):
+    """Body of a module-scoped fixture: a NodeFactory whose nodes are all
+    stopped when the module is done (``yield from module_factory(...)``)."""
+    factory = NodeFactory(tmp_path_factory.mktemp(name))
+    try:
+        yield factory
+    finally:
+        factory.stop_all()
 
 
 def cluster_info(n: NodeProcess) -> dict[str, str]:

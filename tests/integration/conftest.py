@@ -14,18 +14,14 @@ from typing import Iterator
 import pytest
 
 from tests.conftest import _FACTORIES
-from tests.harness import NodeFactory, NodeProcess
+from tests.harness import NodeFactory, NodeProcess, module_factory
 
 JOB_ID_RE = re.compile(rb"^D-[0-9a-f]{8}-[A-Za-z0-9+/]{24}-[0-9a-f]{4}$")
 
 
 @pytest.fixture(scope="module")
 def shared_factory(tmp_path_factory) -> Iterator[NodeFactory]:
-    factory = NodeFactory(tmp_path_factory.mktemp("shared"))
-    try:
-        yield factory
-    finally:
-        factory.stop_all()
+    yield from module_factory(tmp_path_factory, "shared")
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from tests.conftest import _FACTORIES
-from tests.harness import NodeFactory
+from tests.harness import module_factory
 from tests.integration.cluster_kit import (
     Cluster, addjob, client, cmd, cont, elapsed_ms, nodes_table, qlen, show, stop, wait,
 )
@@ -29,13 +29,7 @@ pytestmark = pytest.mark.xdist_group("cluster_delivery")
 
 @pytest.fixture(scope="module")
 def dfactory(tmp_path_factory):
-    factory = NodeFactory(tmp_path_factory.mktemp("delivery5"))
-    try:
-        yield factory
-    finally:
-        for n in factory.nodes:   # a stopped node would ignore SIGTERM
-            cont(n)
-        factory.stop_all()
+    yield from module_factory(tmp_path_factory, "delivery5")
 
 
 @pytest.fixture(scope="module")

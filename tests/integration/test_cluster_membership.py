@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from tests.conftest import _FACTORIES
-from tests.harness import NodeFactory
+from tests.harness import module_factory
 from tests.integration.cluster_kit import (
     NODE_TIMEOUT_MS, Cluster, addjob, client, cluster_info, cmd, hello, myid, nodes_table, qlen,
     raw_text, show, wait,
@@ -30,11 +30,7 @@ NOREPL_TIMEOUT = "NOREPL Timeout reached before replicating to the requested num
 
 @pytest.fixture(scope="module")
 def mfactory(tmp_path_factory):
-    factory = NodeFactory(tmp_path_factory.mktemp("cluster5"))
-    try:
-        yield factory
-    finally:
-        factory.stop_all()
+    yield from module_factory(tmp_path_factory, "cluster5")
 
 
 @pytest.fixture(scope="module")

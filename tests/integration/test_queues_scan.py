@@ -137,16 +137,21 @@ def test_pause_state_does_not_create_a_queue(snode):
 
 
 # ---------------------------------------------------------------------- QSCAN
-def qscan_all(c, *opts) -> list[bytes]:
+def scan_all(c, command: str, *opts) -> list:
+    """Every item of a full QSCAN/JSCAN iteration, cursor as a bulk string."""
     cursor, seen, calls = b"0", [], 0
     while True:
-        cursor, names = c.execute_command("QSCAN", cursor, *opts)
+        cursor, items = c.execute_command(command, cursor, *opts)
         assert isinstance(cursor, bytes)
-        seen += names
+        seen += items
         calls += 1
         if cursor == b"0":
             return seen
         assert calls < 10_000
+
+
+def qscan_all(c, *opts) -> list[bytes]:
+    return scan_all(c, "QSCAN", *opts)
 
 
 def test_scan_cursor_may_follow_the_options(snode):
@@ -248,15 +253,7 @@ def test_qscan_errors(snode, args, reply):
 
 # ---------------------------------------------------------------------- JSCAN
 def jscan_all(c, *opts) -> list:
-    cursor, seen, calls = b"0", [], 0
-    while True:
-        cursor, items = c.execute_command("JSCAN", cursor, *opts)
-        assert isinstance(cursor, bytes)
-        seen += items
-        calls += 1
-        if cursor == b"0":
-            return seen
-        assert calls < 10_000
+    return scan_all(c, "JSCAN", *opts)
 
 
 def test_jscan_reply_shape(snode):
