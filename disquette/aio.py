@@ -1,0 +1,259 @@
+"""The asyncio client: the same methods as :class:`~disquette.Client`, awaitable."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Any, AsyncIterator, Iterable
+
+import redis.asyncio
+import redis.exceptions
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from .clientbase import (
+    CONNECTION_ERRORS, REFRESH_ERRORS, ClientBase, NodeFailed, batch_lost, classify_lost,
+    classify_reply_error, log, tag_item,
+)
+from .commands import (
+    Request, _parse_scan, batch_requests, jscan_options, peek_request, qscan_options,
+    scan_args, take_request,
+)
+from .dead_letters import DeadLetter
+from .errors import AddJobsError, AuthenticationError, DisqueError, reply_error
+from .job import Job
+
+DEFAULT_BATCH = 1000
+
+
+class AsyncClient(ClientBase):
+    """The asyncio twin of :class:`~disquette.Client` (same options, same
+    failover rules)::
+
+        async with AsyncClient("disque://127.0.0.1:7711") as c:
+            await c.add_job("emails", b"raw bytes")
+            async for job in c.jobs("emails"):
+                await job.ack()
+
+    One instance belongs to one event loop.
+    """
+
+    _retry_class = Retry
+
+    def __init__(self, nodes: Any = None, **options: Any) -> None:
+        super().__init__(nodes, **options)
+        if self._ssl:
+            self._conn_kwargs["connection_class"] = redis.asyncio.SSLConnection
+        self._conn_kwargs["retry"] = Retry(NoBackoff(), 0)  # failover is ours
+
+    # -- plumbing
+    def _pool(self, node: str) -> redis.asyncio.ConnectionPool:
+        pool = self._pools.get(node)
+        if pool is None:
+            pool = self._pools[node] = redis.asyncio.ConnectionPool(**self._pool_args(node))
+        return pool
+
+    async def _connection(self, node: str) -> tuple[Any, Any]:
+        pool = self._pool(node)
+        try:
+            return pool, await pool.get_connection()
+        except redis.exceptions.AuthenticationError as e:
+            raise AuthenticationError(str(e), node=node) from e
+        except redis.exceptions.ResponseError as e:  # refused at the handshake
+            raise reply_error(e, node) from e
+        except CONNECTION_ERRORS as e:
+            raise NodeFailed(node, e, sent=False) from e
+
+    def _async_timeout(self, req: Request) -> float | None:
+        t = self._read_timeout(req)
+        return math.inf if t is None else t
+
+    async def _attempt(self, req: Request, tries: list[int]) -> Any:
+        node = self._target(req, tries)
+        pool, conn = await self._connection(node)
+        try:
+            await conn.send_command(*req.args)
+            if req.timeout == 0.0:
+                reply = await conn.read_response()
+            else:
+                reply = await conn.read_response(timeout=self._async_timeout(req))
+        except redis.exceptions.ResponseError as e:
+            raise classify_reply_error(e, node) from e
+        except CONNECTION_ERRORS as e:
+            await conn.disconnect(nowait=True)
+            raise classify_lost(e, req, node) from e
+        finally:
+            await pool.release(conn)
+        return req.parse(reply, self, node) if req.parse else reply
+
+    async def _afailed(self, error: Exception) -> None:
+        self._failed(error)
+
+    async def _with_failover(self, attempt: Any, *args: Any) -> Any:
+        try:
+            return await self._retry.call_with_retry(lambda: attempt(*args), self._afailed)
+        except NodeFailed as e:
+            raise e.final() from e.error
+
+    async def _maybe_refresh(self) -> None:
+        refresh = self._refresh_request()
+        if refresh is not None:
+            try:  # one attempt: on failure the command itself fails over
+                await self._attempt(refresh, [0])
+            except NodeFailed as e:
+                self._failed(e)
+            except REFRESH_ERRORS as e:
+                log.debug("topology refresh failed: %s", e)
+
+    async def _run(self, req: Request) -> Any:
+        await self._maybe_refresh()
+        return await self._with_failover(self._attempt, req, [0])
+
+    async def _on_node(self, req: Request) -> Any:
+        """One attempt on ``req.node`` only (per-node scans of dead letters)."""
+        try:
+            return await self._attempt(req, [0])
+        except NodeFailed as e:
+            raise e.final() from e.error
+
+    # -- batches
+    async def _attempt_batch(self, reqs: list[Request], start: int) -> list[Any]:
+        node = self._topology.current
+        pool, conn = await self._connection(node)
+        out: list[Any] = []
+        try:
+            try:
+                await conn.send_packed_command(conn.pack_commands([r.args for r in reqs]))
+            except CONNECTION_ERRORS as e:
+                await conn.disconnect(nowait=True)
+                return batch_lost(reqs, start, e, node)
+            for i, req in enumerate(reqs):
+                try:
+                    reply = await conn.read_response(timeout=self._async_timeout(req))
+                    out.append(req.parse(reply, self, node))
+                except redis.exceptions.ResponseError as e:
+                    out.append(tag_item(reply_error(e, node), start + i, req))
+                except CONNECTION_ERRORS as e:
+                    await conn.disconnect(nowait=True)
+                    return out + batch_lost(reqs[i:], start + i, e, node)
+        finally:
+            await pool.release(conn)
+        return out
+
+    async def add_jobs(self, jobs: Iterable[Any], *, batch_size: int = DEFAULT_BATCH,
+                       raise_on_error: bool = True, **defaults: Any) -> list[Any]:
+        """Pipelined batch producer: see :meth:`disquette.Client.add_jobs`."""
+        reqs = batch_requests(self.serializer, jobs, defaults)
+        await self._maybe_refresh()
+        results: list[Any] = []
+        for start in range(0, len(reqs), batch_size):
+            chunk = reqs[start:start + batch_size]
+            try:
+                results += await self._with_failover(self._attempt_batch, chunk, start)
+            except DisqueError as e:  # no node reachable: nothing of this batch sent
+                results += [tag_item(e, start + i, r) for i, r in enumerate(chunk)]
+        if raise_on_error and any(isinstance(r, Exception) for r in results):
+            raise AddJobsError(results)
+        return results
+
+    # -- iterators
+    async def jobs(self, *queues: str, count: int = 1, timeout_ms: int | None = None,
+                   poll_ms: int = 1000, withcounters: bool = True) -> AsyncIterator[Job]:
+        """``async for job in client.jobs("emails")``: a blocking GETJOB loop
+        (see :meth:`disquette.Client.jobs`)."""
+        idle_since = time.monotonic()
+        while True:
+            batch = await self.get_jobs(*queues, count=count, timeout_ms=poll_ms,
+                                        withcounters=withcounters)
+            if batch:
+                for job in batch:
+                    yield job
+                idle_since = time.monotonic()
+            elif timeout_ms is not None and (time.monotonic() - idle_since) * 1000 >= timeout_ms:
+                return
+
+    async def _scan(self, command: str, count: int | None,
+                    options: list[Any]) -> AsyncIterator[Any]:
+        node, cursor = self.node, 0
+        while True:
+            cursor, items = await self._run(Request(scan_args(command, cursor, count, options),
+                                                    _parse_scan, node=node))
+            for item in items:
+                yield item
+            if cursor == 0:
+                return
+
+    def jscan(self, *, count: int | None = None, queue: str | None = None,
+              states: Iterable[str] = (), reply: str | None = None,
+              busyloop: bool = False) -> AsyncIterator[Any]:
+        """``async for jid in client.jscan(queue="q")``: see Client.jscan."""
+        return self._scan("JSCAN", count, jscan_options(queue, states, reply, busyloop))
+
+    def qscan(self, *, count: int | None = None, minlen: int | None = None,
+              maxlen: int | None = None, importrate: int | None = None,
+              busyloop: bool = False) -> AsyncIterator[str]:
+        """``async for name in client.qscan()``: see Client.qscan."""
+        return self._scan("QSCAN", count, qscan_options(minlen, maxlen, importrate, busyloop))
+
+    # -- dead letters
+    async def dead_letters(self, dead_queue: str, limit: int | None = None) -> list[DeadLetter]:
+        """See :meth:`disquette.Client.dead_letters`."""
+        await self._maybe_refresh()
+        out: dict[str, DeadLetter] = {}
+        for node in self.nodes:
+            try:
+                jobs = await self._on_node(peek_request(dead_queue, limit, node))
+            except DisqueError:
+                continue
+            for d in self._dead_queue_jobs(jobs):
+                out.setdefault(d.job.id, d)
+        return list(out.values())[:limit]
+
+    async def requeue_dead(self, dead_queue: str, queue: str | None = None,
+                           limit: int | None = None) -> int:
+        """See :meth:`disquette.Client.requeue_dead`."""
+        await self._maybe_refresh()
+        moved = 0
+        for node in self.nodes:
+            while limit is None or moved < limit:
+                try:
+                    jobs = await self._on_node(take_request(dead_queue, limit, moved, node))
+                except DisqueError:
+                    break
+                if not jobs:
+                    break
+                for d in self._dead_queue_jobs(jobs):
+                    await self.add_job(queue or d.queue or dead_queue, d.raw)
+                    await self.ack_job(d.job.id, node=node)
+                    moved += 1
+        return moved
+
+    # -- lifecycle
+    async def aclose(self) -> None:
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            await pool.disconnect()
+
+    close = aclose
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+async def gather_limited(coros: Iterable[Any], limit: int) -> list[Any]:
+    """Run awaitables with at most ``limit`` at a time (results in order,
+    exceptions returned, not raised)."""
+    sem = asyncio.Semaphore(limit)
+
+    async def one(c: Any) -> Any:
+        async with sem:
+            try:
+                return await c
+            except Exception as e:  # returned to the caller, item by item
+                return e
+
+    return await asyncio.gather(*(one(c) for c in coros))
