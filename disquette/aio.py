@@ -21,7 +21,7 @@ from .commands import (
     scan_args, take_request,
 )
 from .dead_letters import DeadLetter
-from .errors import AddJobsError, AuthenticationError, DisqueError, reply_error
+from .errors import AddJobsError, DisqueError, reply_error
 from .job import Job
 
 DEFAULT_BATCH = 1000
@@ -59,27 +59,39 @@ class AsyncClient(ClientBase):
         try:
             return pool, await pool.get_connection()
         except redis.exceptions.AuthenticationError as e:
-            raise AuthenticationError(str(e), node=node) from e
+            raise reply_error(e, node) from e
         except redis.exceptions.ResponseError as e:  # refused at the handshake
             raise reply_error(e, node) from e
         except CONNECTION_ERRORS as e:
             raise NodeFailed(node, e, sent=False) from e
 
-    def _async_timeout(self, req: Request) -> float | None:
-        t = self._read_timeout(req)
-        return math.inf if t is None else t
+    async def _read(self, conn: Any, req: Request) -> Any:
+        """One reply within the request's time limit.  (redis-py's async
+        ``read_response(timeout=t)`` answers None on timeout and keeps the
+        connection, whose late reply would then go to the next command: the
+        limit is enforced here, and the connection dropped on expiry.)"""
+        if req.timeout == 0.0:
+            return await conn.read_response()
+        limit = self._read_timeout(req)
+        if limit is None:
+            return await conn.read_response(timeout=math.inf)
+        try:
+            async with asyncio.timeout(limit):
+                return await conn.read_response(timeout=math.inf)
+        except TimeoutError:
+            await conn.disconnect(nowait=True)
+            raise redis.exceptions.TimeoutError(f"Timeout reading from {conn.host}:{conn.port}")
 
     async def _attempt(self, req: Request, tries: list[int]) -> Any:
         node = self._target(req, tries)
         pool, conn = await self._connection(node)
         try:
             await conn.send_command(*req.args)
-            if req.timeout == 0.0:
-                reply = await conn.read_response()
-            else:
-                reply = await conn.read_response(timeout=self._async_timeout(req))
+            reply = await self._read(conn, req)
         except redis.exceptions.ResponseError as e:
             raise classify_reply_error(e, node) from e
+        except redis.exceptions.AuthenticationError as e:  # -NOAUTH reply
+            raise reply_error(e, node) from e
         except CONNECTION_ERRORS as e:
             await conn.disconnect(nowait=True)
             raise classify_lost(e, req, node) from e
@@ -130,9 +142,10 @@ class AsyncClient(ClientBase):
                 return batch_lost(reqs, start, e, node)
             for i, req in enumerate(reqs):
                 try:
-                    reply = await conn.read_response(timeout=self._async_timeout(req))
+                    reply = await self._read(conn, req)
                     out.append(req.parse(reply, self, node))
-                except redis.exceptions.ResponseError as e:
+                except (redis.exceptions.ResponseError,
+                        redis.exceptions.AuthenticationError) as e:
                     out.append(tag_item(reply_error(e, node), start + i, req))
                 except CONNECTION_ERRORS as e:
                     await conn.disconnect(nowait=True)

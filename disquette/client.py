@@ -19,7 +19,7 @@ from .commands import (
     scan_args, take_request,
 )
 from .dead_letters import DeadLetter
-from .errors import AddJobsError, AuthenticationError, DisqueError, reply_error
+from .errors import AddJobsError, DisqueError, reply_error
 from .job import Job
 
 DEFAULT_BATCH = 1000
@@ -61,7 +61,7 @@ class Client(ClientBase):
         try:
             return pool, pool.get_connection()
         except redis.exceptions.AuthenticationError as e:
-            raise AuthenticationError(str(e), node=node) from e
+            raise reply_error(e, node) from e
         except redis.exceptions.ResponseError as e:  # refused at the handshake
             raise reply_error(e, node) from e
         except CONNECTION_ERRORS as e:
@@ -78,6 +78,8 @@ class Client(ClientBase):
                 reply = conn.read_response(timeout=self._read_timeout(req))
         except redis.exceptions.ResponseError as e:
             raise classify_reply_error(e, node) from e
+        except redis.exceptions.AuthenticationError as e:  # -NOAUTH reply
+            raise reply_error(e, node) from e
         except CONNECTION_ERRORS as e:
             conn.disconnect()
             raise classify_lost(e, req, node) from e
@@ -127,7 +129,8 @@ class Client(ClientBase):
                 try:
                     reply = conn.read_response(timeout=self._read_timeout(req))
                     out.append(req.parse(reply, self, node))
-                except redis.exceptions.ResponseError as e:
+                except (redis.exceptions.ResponseError,
+                        redis.exceptions.AuthenticationError) as e:
                     out.append(tag_item(reply_error(e, node), start + i, req))
                 except CONNECTION_ERRORS as e:
                     conn.disconnect()

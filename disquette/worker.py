@@ -52,6 +52,7 @@ log = logging.getLogger("disquette.worker")
 KEEPALIVE_TICK = 0.1   # seconds between looks at the running jobs
 ACK_RETRY_DELAY = 0.5  # seconds before acks that failed are sent again
 FETCH_ERROR_DELAY = 0.5
+SHUTDOWN_WAIT = 2.0    # seconds the last acks and cancelled tasks get at exit
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
@@ -223,6 +224,8 @@ class Worker:
         self._slot_free = asyncio.Event()
         self._acks: dict[str, list[str]] = {}
         self._ack_wakeup = asyncio.Event()
+        self._acks_closing = False
+        self._force_event = asyncio.Event()
         self._side_tasks: set[asyncio.Task[Any]] = set()
         acker = asyncio.create_task(self._ack_loop())
         keeper = asyncio.create_task(self._keepalive_loop())
@@ -233,11 +236,13 @@ class Worker:
                 if self._forced:
                     break
                 self._main = asyncio.create_task(step())
-                try:
-                    await self._main
-                except asyncio.CancelledError:
-                    if not self._forced:
-                        raise
+                # A forced stop does not wait for the step to notice its
+                # cancellation (redis-py's asyncio client can swallow one).
+                forced = asyncio.create_task(self._force_event.wait())
+                await asyncio.wait([self._main, forced], return_when=asyncio.FIRST_COMPLETED)
+                forced.cancel()
+                if self._main.done() and not self._main.cancelled():
+                    self._main.result()  # a bug of ours: raise it
         finally:
             await self._shutdown(acker, keeper, owned)
 
@@ -369,10 +374,10 @@ class Worker:
         self._ack_wakeup.set()
 
     async def _ack_loop(self) -> None:
-        while True:
+        while not self._acks_closing:
             await self._ack_wakeup.wait()
             self._ack_wakeup.clear()
-            if not await self._flush_acks():
+            if not self._acks_closing and not await self._flush_acks():
                 await asyncio.sleep(ACK_RETRY_DELAY)
 
     async def _flush_acks(self, keep_failed: bool = True) -> bool:
@@ -428,6 +433,7 @@ class Worker:
         self._slot_free.set()
         if force and not self._forced:
             self._forced = True
+            self._force_event.set()
             if self._main is not None:
                 self._main.cancel()
 
@@ -447,15 +453,22 @@ class Worker:
             await self._hand_back([r.job for r in late])
         if self._side_tasks:
             await asyncio.wait(list(self._side_tasks), timeout=5.0)
+        self._acks_closing = True  # the ack loop ends after its current flush
+        self._ack_wakeup.set()
         await self._flush_acks(keep_failed=False)
 
     async def _shutdown(self, acker: asyncio.Task[Any], keeper: asyncio.Task[Any],
                         owned: bool) -> None:
+        self._acks_closing = True
+        self._ack_wakeup.set()
+        if not self._forced:
+            await asyncio.wait([acker], timeout=SHUTDOWN_WAIT)
         tasks = [acker, keeper, *self._side_tasks,
                  *(r.task for r in self._inflight.values() if r.task is not None)]
         for t in tasks:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # Bounded: a task cancelled inside a redis-py call may not notice.
+        await asyncio.wait(tasks, timeout=SHUTDOWN_WAIT)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         if owned:
