@@ -1,0 +1,34 @@
+"""The API's errors, with Toxiproxy's texts and status codes (``api.go``)."""
+
+from __future__ import annotations
+
+
+class ApiError(Exception):
+    """Answered as ``{"error": message, "status": status}``."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+    def joined(self, detail: str) -> "ApiError":
+        """Go's joinError: ``"<message>: <detail>"`` with the same status."""
+        return ApiError(f"{self.message}: {detail}", self.status)
+
+    def to_json(self) -> dict:
+        return {"error": self.message, "status": self.status}
+
+
+BAD_REQUEST_BODY = ApiError("bad request body", 400)
+MISSING_FIELD = ApiError("missing required field", 400)
+PROXY_NOT_FOUND = ApiError("proxy not found", 404)
+PROXY_ALREADY_EXISTS = ApiError("proxy already exists", 409)
+INVALID_STREAM = ApiError("stream was invalid, can be either upstream or downstream", 400)
+INVALID_TOXIC_TYPE = ApiError("invalid toxic type", 400)
+TOXIC_ALREADY_EXISTS = ApiError("toxic already exists", 409)
+TOXIC_NOT_FOUND = ApiError("toxic not found", 404)
+
+
+def internal(message: str) -> ApiError:
+    """An error Go did not give a status (a listen failure, say): 500."""
+    return ApiError(message, 500)
