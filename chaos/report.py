@@ -242,7 +242,7 @@ def _panel(tl: dict[str, Any], series: list[tuple[str, str, str]], y0: float, ti
             out.append(f'<polyline id="series-{key}" class="series" points="{path}" '
                        f'stroke="{colour}"><title>{html.escape(label)}</title></polyline>')
     legend_x = LEFT + 190                     # beside the panel title, off the plot
-    for key, label, colour in series:
+    for _, label, colour in series:
         out.append(f'<rect x="{legend_x}" y="{y0 - 17}" width="10" height="10" fill="{colour}"/>'
                    f'<text x="{legend_x + 14}" y="{y0 - 8}" class="legend">{html.escape(label)}</text>')
         legend_x += 22 + 7 * len(label)

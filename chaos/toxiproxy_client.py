@@ -6,8 +6,9 @@ adds and lists toxics, and calls /reset and /version, all through its
 call to update a toxic, read one toxic, populate server-side (its
 ``populate`` loops over ``create``), or change a proxy's addresses, and
 ``add_toxic`` drops the server's answer.  These subclasses add those, with the
-same requests session, URL scheme and exceptions (``ProxyExists`` on 409,
-``NotFound`` on 404, ``InvalidToxic`` on 400)::
+same requests calls, URL scheme and exceptions (``ProxyExists`` on 409,
+``NotFound`` on 404, ``InvalidToxic`` on 400; ``ToxiproxyError`` on a 500, which
+the base client lets through)::
 
     server = ChaosToxiproxy("127.0.0.1", 8474)
     link = server.create(upstream="127.0.0.1:17711", name="n1-n2", listen="127.0.0.1:0")

@@ -144,21 +144,22 @@ async def version(request: web.Request) -> web.Response:
 def make_app(collection: ProxyCollection) -> web.Application:
     app = web.Application(middlewares=[go_like])
     app[COLLECTION] = collection
-    app.router.add_post("/reset", reset)
-    app.router.add_get("/proxies", proxy_index, allow_head=False)
-    app.router.add_post("/proxies", proxy_create)
-    app.router.add_post("/populate", populate)
-    app.router.add_get("/proxies/{proxy}", proxy_show, allow_head=False)
-    app.router.add_post("/proxies/{proxy}", proxy_update)
-    app.router.add_patch("/proxies/{proxy}", proxy_update)
-    app.router.add_delete("/proxies/{proxy}", proxy_delete)
-    app.router.add_get("/proxies/{proxy}/toxics", toxic_index, allow_head=False)
-    app.router.add_post("/proxies/{proxy}/toxics", toxic_create)
-    app.router.add_get("/proxies/{proxy}/toxics/{toxic}", toxic_show, allow_head=False)
-    app.router.add_post("/proxies/{proxy}/toxics/{toxic}", toxic_update)
-    app.router.add_patch("/proxies/{proxy}/toxics/{toxic}", toxic_update)
-    app.router.add_delete("/proxies/{proxy}/toxics/{toxic}", toxic_delete)
-    app.router.add_get("/version", version, allow_head=False)
+    routes = [("POST", "/reset", reset),
+              ("GET", "/proxies", proxy_index), ("POST", "/proxies", proxy_create),
+              ("POST", "/populate", populate),
+              ("GET", "/proxies/{proxy}", proxy_show),
+              ("POST", "/proxies/{proxy}", proxy_update),      # POST is deprecated for PATCH
+              ("PATCH", "/proxies/{proxy}", proxy_update),
+              ("DELETE", "/proxies/{proxy}", proxy_delete),
+              ("GET", "/proxies/{proxy}/toxics", toxic_index),
+              ("POST", "/proxies/{proxy}/toxics", toxic_create),
+              ("GET", "/proxies/{proxy}/toxics/{toxic}", toxic_show),
+              ("POST", "/proxies/{proxy}/toxics/{toxic}", toxic_update),
+              ("PATCH", "/proxies/{proxy}/toxics/{toxic}", toxic_update),
+              ("DELETE", "/proxies/{proxy}/toxics/{toxic}", toxic_delete),
+              ("GET", "/version", version)]
+    for method, path, handler in routes:
+        app.router.add_route(method, path, handler)
 
     async def close_proxies(app: web.Application) -> None:
         await app[COLLECTION].close()

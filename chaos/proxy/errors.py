@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from chaos.proxy.gojson import DecodeError, decode_struct, loads_first
+
 
 class ApiError(Exception):
     """Answered as ``{"error": message, "status": status}``."""
@@ -32,3 +36,20 @@ TOXIC_NOT_FOUND = ApiError("toxic not found", 404)
 def internal(message: str) -> ApiError:
     """An error Go did not give a status (a listen failure, say): 500."""
     return ApiError(message, 500)
+
+
+def read_json(data: bytes) -> Any:
+    """A request body's first JSON value; 400 "bad request body: ..." if none."""
+    try:
+        return loads_first(data)
+    except DecodeError as exc:
+        raise BAD_REQUEST_BODY.joined(str(exc)) from None
+
+
+def read_struct(value: Any, fields: dict[str, str], into: dict[str, Any], struct: str,
+                go_type: str) -> dict[str, Any]:
+    """``gojson.decode_struct`` with its errors answered as bad request bodies."""
+    try:
+        return decode_struct(value, fields, into, struct, go_type)
+    except DecodeError as exc:
+        raise BAD_REQUEST_BODY.joined(str(exc)) from None

@@ -14,8 +14,7 @@ import socket
 from typing import Any
 
 from chaos.proxy import errors
-from chaos.proxy.gojson import (BOOL, STRING, DecodeError, decode_struct, loads_first,
-                                value_type_error)
+from chaos.proxy.gojson import BOOL, STRING, value_type_error
 from chaos.proxy.link import Connection
 from chaos.proxy.toxic_collection import ToxicCollection
 
@@ -170,17 +169,7 @@ class Proxy:
 
 
 def _proxy_body(value: Any, defaults: dict[str, Any], go_type: str, struct: str = "Proxy") -> dict:
-    try:
-        return decode_struct(value, PROXY_FIELDS, defaults, struct, go_type)
-    except DecodeError as exc:
-        raise errors.BAD_REQUEST_BODY.joined(str(exc)) from None
-
-
-def decode_body(data: bytes) -> Any:
-    try:
-        return loads_first(data)
-    except DecodeError as exc:
-        raise errors.BAD_REQUEST_BODY.joined(str(exc)) from None
+    return errors.read_struct(value, PROXY_FIELDS, defaults, struct, go_type)
 
 
 class ProxyCollection:
@@ -199,7 +188,7 @@ class ProxyCollection:
         return Proxy(name, listen, upstream, self.rng)
 
     async def create_json(self, data: bytes) -> Proxy:
-        fields = _proxy_body(decode_body(data),
+        fields = _proxy_body(errors.read_json(data),
                              {"name": "", "listen": "", "upstream": "", "enabled": True},
                              "toxiproxy.Proxy")
         if not fields["name"]:
@@ -236,7 +225,7 @@ class ProxyCollection:
     async def populate_json(self, data: bytes) -> tuple[list[Proxy], errors.ApiError | None]:
         """Create or replace the listed proxies; a proxy that exists with the
         same listen and upstream is kept as it is, toxics and all."""
-        value = decode_body(data)
+        value = errors.read_json(data)
         if value is None:
             value = []
         if not isinstance(value, list):
@@ -262,7 +251,7 @@ class ProxyCollection:
 
     async def update_json(self, name: str, data: bytes) -> Proxy:
         proxy = self.get(name)
-        fields = _proxy_body(decode_body(data),
+        fields = _proxy_body(errors.read_json(data),
                              {"name": proxy.name, "listen": proxy.listen,
                               "upstream": proxy.upstream, "enabled": proxy.enabled},
                              "toxiproxy.Proxy")

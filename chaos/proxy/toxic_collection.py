@@ -7,7 +7,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Iterator
 
 from chaos.proxy import errors
-from chaos.proxy.gojson import FLOAT32, STRING, DecodeError, decode_struct, field, loads_first
+from chaos.proxy.gojson import FLOAT32, STRING, field
 from chaos.proxy.link import Link
 from chaos.proxy.toxics import DIRECTIONS, DOWNSTREAM, TOXIC_TYPES, ToxicSpec
 
@@ -18,17 +18,7 @@ WRAPPER_FIELDS = {"name": STRING, "type": STRING, "stream": STRING, "toxicity": 
 
 
 def _decode(value: Any, fields: dict[str, str], into: dict, struct: str) -> dict:
-    try:
-        return decode_struct(value, fields, into, struct, f"toxics.{struct}")
-    except DecodeError as exc:
-        raise errors.BAD_REQUEST_BODY.joined(str(exc)) from None
-
-
-def _body(data: bytes) -> Any:
-    try:
-        return loads_first(data)
-    except DecodeError as exc:
-        raise errors.BAD_REQUEST_BODY.joined(str(exc)) from None
+    return errors.read_struct(value, fields, into, struct, f"toxics.{struct}")
 
 
 class ToxicCollection:
@@ -53,7 +43,7 @@ class ToxicCollection:
             yield conn.links[direction]
 
     async def add_json(self, data: bytes) -> ToxicSpec:
-        value = _body(data)
+        value = errors.read_json(data)
         async with self.lock:
             wrapper = _decode(value, WRAPPER_FIELDS,
                               {"name": "", "type": "", "stream": DOWNSTREAM, "toxicity": 1.0},
@@ -82,7 +72,7 @@ class ToxicCollection:
             spec = self.find(name)
             if spec is None:
                 raise errors.TOXIC_NOT_FOUND
-            value = _body(data)
+            value = errors.read_json(data)
             if value is not None and not isinstance(value, dict):
                 _decode(value, {}, {}, "ToxicWrapper")
             value = value or {}

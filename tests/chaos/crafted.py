@@ -31,6 +31,7 @@ class Run:
         self.w = HistoryWriter(path, clock=self.clock, started_at="2026-01-01T00:00:00.000+00:00",
                                **meta)
         self.path = path
+        self.nodes = list(meta["nodes"])
         self.n = 0
 
     def at(self, t: float) -> "Run":
@@ -70,13 +71,10 @@ class Run:
         self.at(t).w.healed()
         self.w.drain_started()
         self.at(t + 0.5).w.drain_ended(True)
-        for node in self.w_nodes():
+        for node in self.nodes:
             self.w.leftovers(node, (leftovers or {}).get(node, {}))
         self.w.close()
         return self.path
-
-    def w_nodes(self) -> list[str]:
-        return ["n1", "n2"]
 
 
 def clean_run(path: Path) -> Run:

@@ -12,7 +12,7 @@ import pytest
 
 from chaos.checker import check, percentiles
 from chaos.history import HistoryError, read_history
-from tests.chaos.crafted import Run, clean_run
+from tests.chaos.crafted import clean_run
 from tests.harness import REPO_ROOT
 
 

@@ -245,3 +245,28 @@ async def test_bytes_survive_toxic_changes_on_a_live_connection(toxiproxy, tcp_s
     async with asyncio.timeout(30):
         _, _, echoed = await asyncio.gather(send(), churn(), receive())
     assert echoed == payload
+
+
+async def test_a_slow_link_pushes_back_on_the_sender(toxiproxy, tcp_servers):
+    """The proxy stops reading when a few MB are held in a link, so a slow
+    link slows the sender's writes (as TCP would) instead of buffering
+    without bound."""
+    proxy = await proxy_to(toxiproxy, await tcp_servers("sink"))
+    await add(proxy, type="bandwidth", stream="upstream", attributes={"rate": 10})
+    _, writer = await connect(proxy)
+    sent, block = 0, b"x" * 65536
+
+    async def push():
+        nonlocal sent
+        while True:
+            writer.write(block)
+            await writer.drain()
+            sent += len(block)
+
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(1.5):
+            await push()
+    # Unbounded, loopback takes hundreds of MB/s; bounded: the proxy's 4 MB
+    # plus the kernel's socket buffers.
+    assert sent < 24_000_000, f"{sent / 1e6:.1f} MB accepted at 10 KB/s"
+    writer.transport.abort()
