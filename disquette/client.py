@@ -174,6 +174,37 @@ class Client(ClientBase):
             raise AddJobsError(results)
         return results
 
+    def execute_many(self, commands: Iterable[tuple], *, node: str | None = None) -> list[Any]:
+        """Send ``commands`` (tuples of arguments) pipelined on one connection
+        to ``node`` (default: the current node) and return their replies in
+        order; an error reply is returned as its :class:`ReplyError` (the
+        other commands still ran).  No failover: a node that cannot be
+        reached raises :class:`NoNodeAvailableError` (nothing sent), a
+        connection lost after sending raises :class:`ReplyLostError`."""
+        target = node or self.node
+        reqs = [Request(tuple(args), node=target) for args in commands]
+        if not reqs:
+            return []
+        try:
+            pool, conn = self._connection(target)
+        except NodeFailed as e:
+            raise e.final() from e.error
+        out: list[Any] = []
+        try:
+            conn.send_packed_command(conn.pack_commands([r.args for r in reqs]))
+            for _ in reqs:
+                try:
+                    out.append(conn.read_response())
+                except (redis.exceptions.ResponseError,
+                        redis.exceptions.AuthenticationError) as e:
+                    out.append(reply_error(e, target))
+        except CONNECTION_ERRORS as e:
+            conn.disconnect()
+            raise NodeFailed(target, e, sent=True).final() from e
+        finally:
+            pool.release(conn)
+        return out
+
     # -- iterators
     def jobs(self, *queues: str, count: int = 1, timeout_ms: int | None = None,
              poll_ms: int = 1000, withcounters: bool = True) -> Iterator[Job]:
