@@ -43,9 +43,12 @@ all: venv
 
 venv: $(VENV)/.installed
 
+# editable_mode=compat puts the checkout itself on sys.path (a .pth file), so
+# top-level modules are visible to pkgutil: PySpark finds the `disquette` data
+# source (pyspark_disquette.py) by listing them.
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[test]' --config-settings editable_mode=compat
 	@touch $@
 
 deps:

@@ -1,0 +1,204 @@
+"""Writing rows as jobs, tied to Spark's commit protocol.
+
+A task (``write_rows``) adds its rows in pipelined batches on one connection.
+With staging (the data source's default) a job is added *staged*: with a
+DELAY of its TTL minus one second, so no node queues it for consumers, and
+the task returns the ids in its commit message.  Then, on the driver:
+
+* ``commit``: every staged job is released: ``WORKING`` (every holder
+  re-arms its requeue timer as for a freshly queued job, so a holder still
+  re-queues it if the node that queued it dies) and ``ENQUEUE`` (queued now,
+  on the node that created it, or another holder);
+* ``abort``: every job of the write is deleted (FASTACK: here and, best
+  effort, on every holder).
+
+A task that fails deletes what it staged before the error propagates.  What
+nobody deletes (an executor killed mid-task, a speculative attempt Spark
+denied, a lost ADDJOB reply) stays staged: never queued until the last
+second of its TTL, then gone.  README "PySpark" states the exact guarantee.
+Rows with their own DELAY are added as they are (a delay already hides them;
+an abort deletes them).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any, Iterable
+
+from disquette import AddJobsError, Client, DisqueError, ReplyError
+
+from .options import DEFAULT_TTL, Connection, WriteOptions
+from .rows import RowMapper
+
+log = logging.getLogger("disquette.spark")
+
+RELEASE_CHUNK = 5000     # WORKING+ENQUEUE pairs per pipelined round trip
+DELETE_CHUNK = 1000      # ids per FASTACK
+
+
+class DisqueWriteError(DisqueError):
+    """Rows could not be written (or a write could not be committed); the
+    message names the queue and the node's reply."""
+
+
+@dataclass
+class StagedJobs:
+    """What one task wrote (its commit message's payload): ``staged`` ids
+    wait for ``commit``; ``direct`` ids (rows with their own delay) need
+    nothing but are deleted on ``abort``."""
+
+    staged: list[str] = field(default_factory=list)
+    direct: list[str] = field(default_factory=list)
+    rows: int = 0
+
+    def all_ids(self) -> list[str]:
+        return self.staged + self.direct
+
+
+def _stage(options: dict[str, Any]) -> bool:
+    """Stage the job (DELAY = TTL - 1), unless the row asks for a delay."""
+    if options.get("delay"):
+        return False
+    ttl = options.setdefault("ttl", DEFAULT_TTL)
+    if ttl < 2:
+        raise DisqueWriteError(f"a staged write needs TTL >= 2 s, not {ttl}; "
+                               "use .option('staged', 'false') for shorter TTLs")
+    options["delay"] = ttl - 1
+    return True
+
+
+def _failure(err: AddJobsError, rows_before: int) -> DisqueWriteError:
+    index, first = err.errors[0]
+    queue = getattr(first, "queue", "?")
+    more = f" (and {len(err.errors) - 1} more rows)" if len(err.errors) > 1 else ""
+    return DisqueWriteError(
+        f"disquette: row {rows_before + index} not written to queue {queue!r}: "
+        f"{type(first).__name__}: {first}{more}")
+
+
+def write_rows(opts: WriteOptions, rows: Iterable[Any], client: Client | None = None,
+               staged: bool | None = None) -> StagedJobs:
+    """Add ``rows`` as jobs, ``batchSize`` pipelined ADDJOBs at a time on one
+    connection; every reply is checked.  Raises DisqueWriteError at the first
+    failed batch, after deleting what this call added when ``staged``."""
+    staged = opts.staged if staged is None else staged
+    own = client is None
+    client = client or opts.conn.client()
+    mapper = RowMapper(opts)
+    done = StagedJobs()
+    defaults: dict[str, Any] = {"timeout_ms": opts.timeout_ms, "asynchronous": opts.asynchronous}
+    if opts.maxlen:
+        defaults["maxlen"] = opts.maxlen
+    it = iter(rows)
+    try:
+        while True:
+            chunk = [mapper.item(r) for r in islice(it, opts.batch_size)]
+            if not chunk:
+                return done
+            kinds = [_stage(o) for _, _, o in chunk] if staged else [False] * len(chunk)
+            try:
+                ids = client.add_jobs(chunk, batch_size=len(chunk), **defaults)
+            except AddJobsError as e:
+                for jid, kind in zip(e.results, kinds):
+                    if isinstance(jid, str):
+                        (done.staged if kind else done.direct).append(jid)
+                raise _failure(e, done.rows) from e
+            except DisqueError as e:
+                raise DisqueWriteError(f"disquette: rows not written to queue "
+                                       f"{chunk[0][0]!r}: {type(e).__name__}: {e}") from e
+            for jid, kind in zip(ids, kinds):
+                (done.staged if kind else done.direct).append(jid)
+            done.rows += len(chunk)
+    except BaseException:
+        if staged and done.all_ids():
+            delete_jobs(client, done.all_ids())
+        raise
+    finally:
+        if own:
+            client.close()
+
+
+# -- the driver's side ------------------------------------------------------
+
+def _by_creator(client: Client, ids: Iterable[str]) -> dict[str, list[str]]:
+    """Group job ids by the address of the node that created them (its id's
+    8 hex chars are in the job id); unknown creators go to the current node."""
+    try:
+        hello = client.hello()
+        addr_of = {n.id[:8]: n.addr for n in hello.nodes}
+    except DisqueError:
+        addr_of = {}
+    groups: dict[str, list[str]] = {}
+    for jid in ids:
+        groups.setdefault(addr_of.get(jid[2:10], client.node), []).append(jid)
+    return groups
+
+
+def _release_on(client: Client, node: str, ids: list[str]) -> list[str]:
+    """WORKING + ENQUEUE each id on ``node``; return the ids it did not know."""
+    missing = []
+    for start in range(0, len(ids), RELEASE_CHUNK):
+        part = ids[start:start + RELEASE_CHUNK]
+        cmds = [c for jid in part for c in (("WORKING", jid), ("ENQUEUE", jid))]
+        replies = client.execute_many(cmds, node=node)
+        for i, jid in enumerate(part):
+            working = replies[2 * i]
+            if isinstance(working, ReplyError):
+                if working.code == "NOJOB":
+                    missing.append(jid)
+                    continue
+                if working.code != "TOOLATE":  # too late to re-arm: it is queued anyway
+                    raise working
+    return missing
+
+
+def release_jobs(conn: Connection, ids: list[str]) -> None:
+    """Commit: make staged jobs visible (see the module doc).  A job its
+    creator does not know (gone, or never kept a copy) is released on the
+    first other node that holds it.  Raises DisqueWriteError naming how many
+    could not be released."""
+    if not ids:
+        return
+    with conn.client() as client:
+        pending = _by_creator(client, ids)
+        nodes = client.nodes
+        lost: list[str] = []
+        last_error: Exception | None = None
+        for node, group in pending.items():
+            candidates = [node] + [n for n in nodes if n != node]
+            for candidate in candidates:
+                try:
+                    group = _release_on(client, candidate, group)
+                except DisqueError as e:
+                    last_error = e
+                    continue
+                if not group:
+                    break
+            lost += group
+        if lost:
+            raise DisqueWriteError(
+                f"disquette: commit could not release {len(lost)} of {len(ids)} jobs (no node "
+                f"knows them any more, e.g. {lost[0]}); last error: {last_error}")
+
+
+def delete_jobs(client: Client, ids: list[str]) -> int:
+    """Abort: FASTACK the jobs (here and, best effort, on every holder).
+    Never raises: abort runs while something else already failed."""
+    deleted = 0
+    for node, group in _by_creator(client, ids).items():
+        for start in range(0, len(group), DELETE_CHUNK):
+            part = group[start:start + DELETE_CHUNK]
+            try:
+                deleted += client.fast_ack(*part, node=node)
+            except DisqueError as e:
+                log.warning("disquette: could not delete %d staged jobs on %s: %s "
+                            "(their TTL collects them)", len(part), node, e)
+    return deleted
+
+
+def abort_jobs(conn: Connection, ids: list[str]) -> None:
+    if ids:
+        with conn.client() as client:
+            delete_jobs(client, ids)
