@@ -71,5 +71,3 @@ def cluster(request, spark_factory: NodeFactory, cluster3: list[NodeProcess]) ->
         n._close_clients()
 
 
-def nodes_option(nodes: list[NodeProcess]) -> str:
-    return ",".join(n.addr for n in nodes)
