@@ -25,6 +25,7 @@ from .errors import AddJobsError, DisqueError, reply_error
 from .job import Job
 
 DEFAULT_BATCH = 1000
+IDLE_KEPT = 16  # connections per node kept checked out between commands
 
 
 class AsyncClient(ClientBase):
@@ -46,6 +47,7 @@ class AsyncClient(ClientBase):
         if self._ssl:
             self._conn_kwargs["connection_class"] = redis.asyncio.SSLConnection
         self._conn_kwargs["retry"] = Retry(NoBackoff(), 0)  # failover is ours
+        self._idle: dict[str, list[Any]] = {}
 
     # -- plumbing
     def _pool(self, node: str) -> redis.asyncio.ConnectionPool:
@@ -55,7 +57,20 @@ class AsyncClient(ClientBase):
         return pool
 
     async def _connection(self, node: str) -> tuple[Any, Any]:
+        """A connected connection to ``node``.  Connections this client used
+        last are kept checked out of redis-py's pool and reused while clean
+        (no EOF seen, nothing unread: the pool's own check, minus its async
+        lock and bookkeeping, which cost as much as a small command)."""
         pool = self._pool(node)
+        idle = self._idle.get(node)
+        while idle:
+            conn = idle.pop()
+            try:
+                if conn.is_connected and not await conn.can_read():
+                    return pool, conn
+            except CONNECTION_ERRORS:
+                pass
+            await pool.release(conn)  # the pool reconnects it, or reports why not
         try:
             return pool, await pool.get_connection()
         except redis.exceptions.AuthenticationError as e:
@@ -96,8 +111,15 @@ class AsyncClient(ClientBase):
             await conn.disconnect(nowait=True)
             raise classify_lost(e, req, node) from e
         finally:
-            await pool.release(conn)
+            await self._release(node, pool, conn)
         return req.parse(reply, self, node) if req.parse else reply
+
+    async def _release(self, node: str, pool: Any, conn: Any) -> None:
+        idle = self._idle.setdefault(node, [])
+        if conn.is_connected and len(idle) < IDLE_KEPT:
+            idle.append(conn)
+        else:
+            await pool.release(conn)
 
     async def _afailed(self, error: Exception) -> None:
         self._failed(error)
@@ -151,8 +173,15 @@ class AsyncClient(ClientBase):
                     await conn.disconnect(nowait=True)
                     return out + batch_lost(reqs[i:], start + i, e, node)
         finally:
-            await pool.release(conn)
+            await self._release(node, pool, conn)
         return out
+
+    async def _ack_and_get(self, ack: Request, get: Request) -> list[Any]:
+        """The worker's fetch: an ACKJOB and a GETJOB in one write to the
+        current node, so finished jobs cost no round trip of their own.
+        Returns both results (a value or the exception, per request)."""
+        await self._maybe_refresh()
+        return await self._with_failover(self._attempt_batch, [ack, get], 0)
 
     async def add_jobs(self, jobs: Iterable[Any], *, batch_size: int = DEFAULT_BATCH,
                        raise_on_error: bool = True, **defaults: Any) -> list[Any]:
@@ -244,6 +273,10 @@ class AsyncClient(ClientBase):
 
     # -- lifecycle
     async def aclose(self) -> None:
+        for node, idle in self._idle.items():
+            for conn in idle:
+                await self._pools[node].release(conn)
+        self._idle.clear()
         pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             await pool.disconnect()

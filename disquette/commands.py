@@ -157,10 +157,12 @@ def _parse_scan(reply: Any, client: Any, node: str) -> tuple[int, list[Any]]:
     return int(reply[0]), items
 
 
-def _ids(ids: tuple) -> tuple:
+def ids_request(command: str, ids: tuple, node: str | None = None) -> Request:
+    """ACKJOB, FASTACK, NACK, ENQUEUE, DEQUEUE, DELJOB: ``ids`` may also be one
+    list of ids; the reply is a count."""
     if len(ids) == 1 and isinstance(ids[0], (list, tuple, set)):
-        return tuple(ids[0])
-    return ids
+        ids = tuple(ids[0])
+    return Request((command, *ids), _parse_int, node=node)
 
 
 def scan_args(command: str, cursor: int, count: int | None, options: list[Any]) -> tuple:
@@ -267,15 +269,15 @@ class Commands:
 
     def ack_job(self, *job_ids: str, node: str | None = None) -> Any:
         """ACKJOB: the jobs are done; returns how many were known and not yet acked."""
-        return self._run(Request(("ACKJOB", *_ids(job_ids)), _parse_int, node=node))
+        return self._run(ids_request("ACKJOB", job_ids, node))
 
     def fast_ack(self, *job_ids: str, node: str | None = None) -> Any:
         """FASTACK: delete the jobs here and, best effort, everywhere."""
-        return self._run(Request(("FASTACK", *_ids(job_ids)), _parse_int, node=node))
+        return self._run(ids_request("FASTACK", job_ids, node))
 
     def nack_job(self, *job_ids: str, node: str | None = None) -> Any:
         """NACK: the jobs failed; queue them again now (``nacks`` + 1)."""
-        return self._run(Request(("NACK", *_ids(job_ids)), _parse_int, node=node))
+        return self._run(ids_request("NACK", job_ids, node))
 
     def working(self, job_id: str, node: str | None = None) -> Any:
         """WORKING: postpone the job's next delivery by its RETRY; returns the
@@ -284,15 +286,15 @@ class Commands:
 
     def enqueue(self, *job_ids: str, node: str | None = None) -> Any:
         """ENQUEUE: queue the jobs if not already queued; returns how many were."""
-        return self._run(Request(("ENQUEUE", *_ids(job_ids)), _parse_int, node=node))
+        return self._run(ids_request("ENQUEUE", job_ids, node))
 
     def dequeue(self, *job_ids: str, node: str | None = None) -> Any:
         """DEQUEUE: take the jobs out of their queue; returns how many were."""
-        return self._run(Request(("DEQUEUE", *_ids(job_ids)), _parse_int, node=node))
+        return self._run(ids_request("DEQUEUE", job_ids, node))
 
     def del_job(self, *job_ids: str, node: str | None = None) -> Any:
         """DELJOB: forget the jobs on this node only; returns how many were."""
-        return self._run(Request(("DELJOB", *_ids(job_ids)), _parse_int, node=node))
+        return self._run(ids_request("DELJOB", job_ids, node))
 
     # -- inspecting
     def show(self, job_id: str, node: str | None = None) -> Any:
