@@ -13,12 +13,11 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from .clientbase import (
-    CONNECTION_ERRORS, REFRESH_ERRORS, ClientBase, NodeFailed, batch_lost, classify_lost,
-    classify_reply_error, log, tag_item,
+    CONNECTION_ERRORS, REFRESH_ERRORS, REPLY_ERRORS, ClientBase, NodeFailed, batch_lost,
+    classify_lost, classify_reply_error, log, tag_item,
 )
 from .commands import (
-    Request, _parse_scan, batch_requests, jscan_options, peek_request, qscan_options,
-    scan_args, take_request,
+    Request, _parse_scan, batch_requests, peek_request, scan_args, take_request,
 )
 from .dead_letters import DeadLetter
 from .errors import AddJobsError, DisqueError, reply_error
@@ -73,9 +72,7 @@ class AsyncClient(ClientBase):
             await pool.release(conn)  # the pool reconnects it, or reports why not
         try:
             return pool, await pool.get_connection()
-        except redis.exceptions.AuthenticationError as e:
-            raise reply_error(e, node) from e
-        except redis.exceptions.ResponseError as e:  # refused at the handshake
+        except REPLY_ERRORS as e:  # refused at the handshake (AUTH, HELLO 3)
             raise reply_error(e, node) from e
         except CONNECTION_ERRORS as e:
             raise NodeFailed(node, e, sent=False) from e
@@ -103,10 +100,8 @@ class AsyncClient(ClientBase):
         try:
             await conn.send_command(*req.args)
             reply = await self._read(conn, req)
-        except redis.exceptions.ResponseError as e:
+        except REPLY_ERRORS as e:
             raise classify_reply_error(e, node) from e
-        except redis.exceptions.AuthenticationError as e:  # -NOAUTH reply
-            raise reply_error(e, node) from e
         except CONNECTION_ERRORS as e:
             await conn.disconnect(nowait=True)
             raise classify_lost(e, req, node) from e
@@ -166,8 +161,7 @@ class AsyncClient(ClientBase):
                 try:
                     reply = await self._read(conn, req)
                     out.append(req.parse(reply, self, node))
-                except (redis.exceptions.ResponseError,
-                        redis.exceptions.AuthenticationError) as e:
+                except REPLY_ERRORS as e:
                     out.append(tag_item(reply_error(e, node), start + i, req))
                 except CONNECTION_ERRORS as e:
                     await conn.disconnect(nowait=True)
@@ -226,18 +220,6 @@ class AsyncClient(ClientBase):
             if cursor == 0:
                 return
 
-    def jscan(self, *, count: int | None = None, queue: str | None = None,
-              states: Iterable[str] = (), reply: str | None = None,
-              busyloop: bool = False) -> AsyncIterator[Any]:
-        """``async for jid in client.jscan(queue="q")``: see Client.jscan."""
-        return self._scan("JSCAN", count, jscan_options(queue, states, reply, busyloop))
-
-    def qscan(self, *, count: int | None = None, minlen: int | None = None,
-              maxlen: int | None = None, importrate: int | None = None,
-              busyloop: bool = False) -> AsyncIterator[str]:
-        """``async for name in client.qscan()``: see Client.qscan."""
-        return self._scan("QSCAN", count, qscan_options(minlen, maxlen, importrate, busyloop))
-
     # -- dead letters
     async def dead_letters(self, dead_queue: str, limit: int | None = None) -> list[DeadLetter]:
         """See :meth:`disquette.Client.dead_letters`."""
@@ -289,17 +271,3 @@ class AsyncClient(ClientBase):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-
-async def gather_limited(coros: Iterable[Any], limit: int) -> list[Any]:
-    """Run awaitables with at most ``limit`` at a time (results in order,
-    exceptions returned, not raised)."""
-    sem = asyncio.Semaphore(limit)
-
-    async def one(c: Any) -> Any:
-        async with sem:
-            try:
-                return await c
-            except Exception as e:  # returned to the caller, item by item
-                return e
-
-    return await asyncio.gather(*(one(c) for c in coros))

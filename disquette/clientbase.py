@@ -30,6 +30,8 @@ log = logging.getLogger("disquette.client")
 # for refused/reset connections and timeouts.  AuthenticationError is a
 # ConnectionError subclass in redis-py and is handled before these.
 CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+# An error reply (redis-py raises -NOAUTH/-WRONGPASS as AuthenticationError).
+REPLY_ERRORS = (redis.exceptions.ResponseError, redis.exceptions.AuthenticationError)
 # A failed topology refresh is logged, not raised: the command that follows
 # fails over (or fails) on its own.
 REFRESH_ERRORS = (DisqueError, TypeError, ValueError, IndexError)

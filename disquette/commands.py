@@ -64,7 +64,8 @@ def batch_item(item: Any) -> tuple[str, Any, dict[str, Any]]:
     raise TypeError(f"add_jobs item must be (queue, body[, options]) or a dict, not {item!r}")
 
 
-def batch_requests(serializer: Any, items: Iterable[Any], defaults: dict[str, Any]) -> list[Request]:
+def batch_requests(serializer: Any, items: Iterable[Any],
+                   defaults: dict[str, Any]) -> list[Request]:
     reqs = []
     for i, item in enumerate(items):
         queue, body, opts = batch_item(item)
@@ -235,6 +236,9 @@ class Commands:
     def _run(self, req: Request) -> Any:  # pragma: no cover - provided by the clients
         raise NotImplementedError
 
+    def _scan(self, command: str, count: int | None, options: list[Any]) -> Any:
+        raise NotImplementedError  # pragma: no cover - provided by the clients
+
     # -- producing
     def add_job(self, queue: str, body: Any, timeout_ms: int | None = None, *,
                 replicate: int | None = None, delay: int | None = None,
@@ -316,6 +320,21 @@ class Commands:
         ``blocked``, ``import_from``, ``import_rate``, ``jobs_in``, ``jobs_out``,
         ``pause``), or None if there is no such queue."""
         return self._run(Request(("QSTAT", queue), _parse_qstat))
+
+    def jscan(self, *, count: int | None = None, queue: str | None = None,
+              states: Iterable[str] = (), reply: str | None = None,
+              busyloop: bool = False) -> Any:
+        """JSCAN over the current node, following the cursor to its end:
+        job ids, or SHOW dicts with ``reply="all"`` (an iterator; an async
+        iterator in AsyncClient)."""
+        return self._scan("JSCAN", count, jscan_options(queue, states, reply, busyloop))
+
+    def qscan(self, *, count: int | None = None, minlen: int | None = None,
+              maxlen: int | None = None, importrate: int | None = None,
+              busyloop: bool = False) -> Any:
+        """QSCAN over the current node: queue names (an iterator; an async
+        iterator in AsyncClient)."""
+        return self._scan("QSCAN", count, qscan_options(minlen, maxlen, importrate, busyloop))
 
     def pause(self, queue: str, *options: str, bcast: bool = False) -> Any:
         """PAUSE: ``in``, ``out``, ``all``, ``none`` or ``state``; ``bcast`` to

@@ -121,8 +121,9 @@ class Worker:
     ``poll_ms``: how long one GETJOB blocks.  ``working_after``: seconds a
     handler runs before the first WORKING.  ``fast_ack``: FASTACK instead of
     ACKJOB.  ``fetchers``: GETJOBs in flight at once (each for up to
-    concurrency/fetchers jobs, never more than the free slots).  Hooks (sync or async): ``before_job(job)``,
-    ``after_job(job, error_or_None)``, ``on_failure(job, error)``.
+    concurrency/fetchers jobs, never more than the free slots).  Hooks
+    (sync or async): ``before_job(job)``, ``after_job(job, error_or_None)``,
+    ``on_failure(job, error)``.
     ``metrics``: Prometheus counters (default: when prometheus-client is
     importable).  ``stats`` counts outcomes (ok, failed, dead_lettered,
     handed_back).
