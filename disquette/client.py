@@ -51,8 +51,8 @@ class Client(ClientBase):
     # -- plumbing
     def _pool(self, node: str) -> redis.ConnectionPool:
         pool = self._pools.get(node)
-        if pool is None:
-            pool = self._pools[node] = redis.ConnectionPool(**self._pool_args(node))
+        if pool is None:  # setdefault: two threads racing here share one pool
+            pool = self._pools.setdefault(node, redis.ConnectionPool(**self._pool_args(node)))
         return pool
 
     def _connection(self, node: str) -> tuple[redis.ConnectionPool, Any]:
