@@ -18,7 +18,8 @@ from broker.commands import (
     COMMANDS, COMMANDS_ANYCASE, F_DENYOOM, F_LOADING, F_NOAUTH, CommandError, dispatch_error,
 )
 from broker.job import (
-    ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, JOB_OVERHEAD, QUEUED, Job,
+    ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_QUEUED_ONCE, JOB_OVERHEAD, QUEUED,
+    Job,
 )
 from broker.queue import PAUSED_IN, PAUSED_OUT, Queue
 from broker.timers import RESOLUTION_MS as TIMER_RESOLUTION_MS, TimerWheel
@@ -396,6 +397,7 @@ class Node:
         if now is None:
             now = self.clock()
         job.state = QUEUED
+        job.flags |= FLAG_QUEUED_ONCE
         # The requeue time runs from the moment of queueing; the jitter is
         # added at delivery so that a burst of queued jobs shares one int.
         job.qtime = self.shared_time(now, job.retry) if job.retry else 0

@@ -13,18 +13,18 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from .clientbase import (
-    CONNECTION_ERRORS, REFRESH_ERRORS, ClientBase, NodeFailed, batch_lost, classify_lost,
-    classify_reply_error, log, tag_item,
+    CONNECTION_ERRORS, REFRESH_ERRORS, REPLY_ERRORS, ClientBase, NodeFailed, batch_lost,
+    classify_lost, classify_reply_error, log, tag_item,
 )
 from .commands import (
-    Request, _parse_scan, batch_requests, jscan_options, peek_request, qscan_options,
-    scan_args, take_request,
+    Request, _parse_scan, batch_requests, peek_request, scan_args, take_request,
 )
 from .dead_letters import DeadLetter
 from .errors import AddJobsError, DisqueError, reply_error
 from .job import Job
 
 DEFAULT_BATCH = 1000
+IDLE_KEPT = 16  # connections per node kept checked out between commands
 
 
 class AsyncClient(ClientBase):
@@ -46,6 +46,7 @@ class AsyncClient(ClientBase):
         if self._ssl:
             self._conn_kwargs["connection_class"] = redis.asyncio.SSLConnection
         self._conn_kwargs["retry"] = Retry(NoBackoff(), 0)  # failover is ours
+        self._idle: dict[str, list[Any]] = {}
 
     # -- plumbing
     def _pool(self, node: str) -> redis.asyncio.ConnectionPool:
@@ -55,12 +56,23 @@ class AsyncClient(ClientBase):
         return pool
 
     async def _connection(self, node: str) -> tuple[Any, Any]:
+        """A connected connection to ``node``.  Connections this client used
+        last are kept checked out of redis-py's pool and reused while clean
+        (no EOF seen, nothing unread: the pool's own check, minus its async
+        lock and bookkeeping, which cost as much as a small command)."""
         pool = self._pool(node)
+        idle = self._idle.get(node)
+        while idle:
+            conn = idle.pop()
+            try:
+                if conn.is_connected and not await conn.can_read():
+                    return pool, conn
+            except CONNECTION_ERRORS:
+                pass
+            await pool.release(conn)  # the pool reconnects it, or reports why not
         try:
             return pool, await pool.get_connection()
-        except redis.exceptions.AuthenticationError as e:
-            raise reply_error(e, node) from e
-        except redis.exceptions.ResponseError as e:  # refused at the handshake
+        except REPLY_ERRORS as e:  # refused at the handshake (AUTH, HELLO 3)
             raise reply_error(e, node) from e
         except CONNECTION_ERRORS as e:
             raise NodeFailed(node, e, sent=False) from e
@@ -88,16 +100,21 @@ class AsyncClient(ClientBase):
         try:
             await conn.send_command(*req.args)
             reply = await self._read(conn, req)
-        except redis.exceptions.ResponseError as e:
+        except REPLY_ERRORS as e:
             raise classify_reply_error(e, node) from e
-        except redis.exceptions.AuthenticationError as e:  # -NOAUTH reply
-            raise reply_error(e, node) from e
         except CONNECTION_ERRORS as e:
             await conn.disconnect(nowait=True)
             raise classify_lost(e, req, node) from e
         finally:
-            await pool.release(conn)
+            await self._release(node, pool, conn)
         return req.parse(reply, self, node) if req.parse else reply
+
+    async def _release(self, node: str, pool: Any, conn: Any) -> None:
+        idle = self._idle.setdefault(node, [])
+        if conn.is_connected and len(idle) < IDLE_KEPT:
+            idle.append(conn)
+        else:
+            await pool.release(conn)
 
     async def _afailed(self, error: Exception) -> None:
         self._failed(error)
@@ -144,15 +161,21 @@ class AsyncClient(ClientBase):
                 try:
                     reply = await self._read(conn, req)
                     out.append(req.parse(reply, self, node))
-                except (redis.exceptions.ResponseError,
-                        redis.exceptions.AuthenticationError) as e:
+                except REPLY_ERRORS as e:
                     out.append(tag_item(reply_error(e, node), start + i, req))
                 except CONNECTION_ERRORS as e:
                     await conn.disconnect(nowait=True)
                     return out + batch_lost(reqs[i:], start + i, e, node)
         finally:
-            await pool.release(conn)
+            await self._release(node, pool, conn)
         return out
+
+    async def _ack_and_get(self, ack: Request, get: Request) -> list[Any]:
+        """The worker's fetch: an ACKJOB and a GETJOB in one write to the
+        current node, so finished jobs cost no round trip of their own.
+        Returns both results (a value or the exception, per request)."""
+        await self._maybe_refresh()
+        return await self._with_failover(self._attempt_batch, [ack, get], 0)
 
     async def add_jobs(self, jobs: Iterable[Any], *, batch_size: int = DEFAULT_BATCH,
                        raise_on_error: bool = True, **defaults: Any) -> list[Any]:
@@ -197,18 +220,6 @@ class AsyncClient(ClientBase):
             if cursor == 0:
                 return
 
-    def jscan(self, *, count: int | None = None, queue: str | None = None,
-              states: Iterable[str] = (), reply: str | None = None,
-              busyloop: bool = False) -> AsyncIterator[Any]:
-        """``async for jid in client.jscan(queue="q")``: see Client.jscan."""
-        return self._scan("JSCAN", count, jscan_options(queue, states, reply, busyloop))
-
-    def qscan(self, *, count: int | None = None, minlen: int | None = None,
-              maxlen: int | None = None, importrate: int | None = None,
-              busyloop: bool = False) -> AsyncIterator[str]:
-        """``async for name in client.qscan()``: see Client.qscan."""
-        return self._scan("QSCAN", count, qscan_options(minlen, maxlen, importrate, busyloop))
-
     # -- dead letters
     async def dead_letters(self, dead_queue: str, limit: int | None = None) -> list[DeadLetter]:
         """See :meth:`disquette.Client.dead_letters`."""
@@ -244,6 +255,10 @@ class AsyncClient(ClientBase):
 
     # -- lifecycle
     async def aclose(self) -> None:
+        for node, idle in self._idle.items():
+            for conn in idle:
+                await self._pools[node].release(conn)
+        self._idle.clear()
         pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             await pool.disconnect()
@@ -256,17 +271,3 @@ class AsyncClient(ClientBase):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-
-async def gather_limited(coros: Iterable[Any], limit: int) -> list[Any]:
-    """Run awaitables with at most ``limit`` at a time (results in order,
-    exceptions returned, not raised)."""
-    sem = asyncio.Semaphore(limit)
-
-    async def one(c: Any) -> Any:
-        async with sem:
-            try:
-                return await c
-            except Exception as e:  # returned to the caller, item by item
-                return e
-
-    return await asyncio.gather(*(one(c) for c in coros))

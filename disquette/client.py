@@ -11,12 +11,11 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .clientbase import (
-    CONNECTION_ERRORS, REFRESH_ERRORS, ClientBase, NodeFailed, batch_lost, classify_lost,
-    classify_reply_error, log, tag_item,
+    CONNECTION_ERRORS, REFRESH_ERRORS, REPLY_ERRORS, ClientBase, NodeFailed, batch_lost,
+    classify_lost, classify_reply_error, log, tag_item,
 )
 from .commands import (
-    Request, _parse_scan, batch_requests, jscan_options, peek_request, qscan_options,
-    scan_args, take_request,
+    Request, _parse_scan, batch_requests, peek_request, scan_args, take_request,
 )
 from .dead_letters import DeadLetter
 from .errors import AddJobsError, DisqueError, reply_error
@@ -52,17 +51,15 @@ class Client(ClientBase):
     # -- plumbing
     def _pool(self, node: str) -> redis.ConnectionPool:
         pool = self._pools.get(node)
-        if pool is None:
-            pool = self._pools[node] = redis.ConnectionPool(**self._pool_args(node))
+        if pool is None:  # setdefault: two threads racing here share one pool
+            pool = self._pools.setdefault(node, redis.ConnectionPool(**self._pool_args(node)))
         return pool
 
     def _connection(self, node: str) -> tuple[redis.ConnectionPool, Any]:
         pool = self._pool(node)
         try:
             return pool, pool.get_connection()
-        except redis.exceptions.AuthenticationError as e:
-            raise reply_error(e, node) from e
-        except redis.exceptions.ResponseError as e:  # refused at the handshake
+        except REPLY_ERRORS as e:  # refused at the handshake (AUTH, HELLO 3)
             raise reply_error(e, node) from e
         except CONNECTION_ERRORS as e:
             raise NodeFailed(node, e, sent=False) from e
@@ -76,10 +73,8 @@ class Client(ClientBase):
                 reply = conn.read_response()
             else:
                 reply = conn.read_response(timeout=self._read_timeout(req))
-        except redis.exceptions.ResponseError as e:
+        except REPLY_ERRORS as e:
             raise classify_reply_error(e, node) from e
-        except redis.exceptions.AuthenticationError as e:  # -NOAUTH reply
-            raise reply_error(e, node) from e
         except CONNECTION_ERRORS as e:
             conn.disconnect()
             raise classify_lost(e, req, node) from e
@@ -129,8 +124,7 @@ class Client(ClientBase):
                 try:
                     reply = conn.read_response(timeout=self._read_timeout(req))
                     out.append(req.parse(reply, self, node))
-                except (redis.exceptions.ResponseError,
-                        redis.exceptions.AuthenticationError) as e:
+                except REPLY_ERRORS as e:
                     out.append(tag_item(reply_error(e, node), start + i, req))
                 except CONNECTION_ERRORS as e:
                     conn.disconnect()
@@ -195,8 +189,7 @@ class Client(ClientBase):
             for _ in reqs:
                 try:
                     out.append(conn.read_response())
-                except (redis.exceptions.ResponseError,
-                        redis.exceptions.AuthenticationError) as e:
+                except REPLY_ERRORS as e:
                     out.append(reply_error(e, target))
         except CONNECTION_ERRORS as e:
             conn.disconnect()
@@ -229,18 +222,6 @@ class Client(ClientBase):
             yield from items
             if cursor == 0:
                 return
-
-    def jscan(self, *, count: int | None = None, queue: str | None = None,
-              states: Iterable[str] = (), reply: str | None = None,
-              busyloop: bool = False) -> Iterator[Any]:
-        """JSCAN over the current node: job ids, or SHOW dicts with ``reply="all"``."""
-        return self._scan("JSCAN", count, jscan_options(queue, states, reply, busyloop))
-
-    def qscan(self, *, count: int | None = None, minlen: int | None = None,
-              maxlen: int | None = None, importrate: int | None = None,
-              busyloop: bool = False) -> Iterator[str]:
-        """QSCAN over the current node: queue names."""
-        return self._scan("QSCAN", count, qscan_options(minlen, maxlen, importrate, busyloop))
 
     # -- dead letters
     def dead_letters(self, dead_queue: str, limit: int | None = None) -> list[DeadLetter]:

@@ -30,6 +30,8 @@ log = logging.getLogger("disquette.client")
 # for refused/reset connections and timeouts.  AuthenticationError is a
 # ConnectionError subclass in redis-py and is handled before these.
 CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+# An error reply (redis-py raises -NOAUTH/-WRONGPASS as AuthenticationError).
+REPLY_ERRORS = (redis.exceptions.ResponseError, redis.exceptions.AuthenticationError)
 # A failed topology refresh is logged, not raised: the command that follows
 # fails over (or fails) on its own.
 REFRESH_ERRORS = (DisqueError, TypeError, ValueError, IndexError)
@@ -76,14 +78,16 @@ def classify_lost(exc: BaseException, req: Request, node: str) -> Exception:
 
 def tag_item(err: Exception, index: int, req: Request) -> Exception:
     """Name the ``add_jobs`` item an error belongs to."""
-    err.index = index  # type: ignore[attr-defined]
-    err.queue = req.args[1].decode() if isinstance(req.args[1], bytes) else req.args[1]  # type: ignore[attr-defined]
+    if req.add:
+        err.index = index  # type: ignore[attr-defined]
+        err.queue = req.args[1]  # type: ignore[attr-defined]
     return err
 
 
 def batch_lost(reqs: list[Request], start: int, exc: BaseException, node: str) -> list[Exception]:
-    return [tag_item(ReplyLostError(f"reply lost from {node} ({exc}); the job may exist",
-                                    node=node), start + i, r) for i, r in enumerate(reqs)]
+    return [tag_item(ReplyLostError(f"reply lost from {node} ({exc}); the command may have "
+                                    f"run", node=node), start + i, r)
+            for i, r in enumerate(reqs)]
 
 
 class ClientBase(Commands):

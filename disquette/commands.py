@@ -64,7 +64,8 @@ def batch_item(item: Any) -> tuple[str, Any, dict[str, Any]]:
     raise TypeError(f"add_jobs item must be (queue, body[, options]) or a dict, not {item!r}")
 
 
-def batch_requests(serializer: Any, items: Iterable[Any], defaults: dict[str, Any]) -> list[Request]:
+def batch_requests(serializer: Any, items: Iterable[Any],
+                   defaults: dict[str, Any]) -> list[Request]:
     reqs = []
     for i, item in enumerate(items):
         queue, body, opts = batch_item(item)
@@ -157,10 +158,12 @@ def _parse_scan(reply: Any, client: Any, node: str) -> tuple[int, list[Any]]:
     return int(reply[0]), items
 
 
-def _ids(ids: tuple) -> tuple:
+def ids_request(command: str, ids: tuple, node: str | None = None) -> Request:
+    """ACKJOB, FASTACK, NACK, ENQUEUE, DEQUEUE, DELJOB: ``ids`` may also be one
+    list of ids; the reply is a count."""
     if len(ids) == 1 and isinstance(ids[0], (list, tuple, set)):
-        return tuple(ids[0])
-    return ids
+        ids = tuple(ids[0])
+    return Request((command, *ids), _parse_int, node=node)
 
 
 def scan_args(command: str, cursor: int, count: int | None, options: list[Any]) -> tuple:
@@ -233,6 +236,9 @@ class Commands:
     def _run(self, req: Request) -> Any:  # pragma: no cover - provided by the clients
         raise NotImplementedError
 
+    def _scan(self, command: str, count: int | None, options: list[Any]) -> Any:
+        raise NotImplementedError  # pragma: no cover - provided by the clients
+
     # -- producing
     def add_job(self, queue: str, body: Any, timeout_ms: int | None = None, *,
                 replicate: int | None = None, delay: int | None = None,
@@ -267,15 +273,15 @@ class Commands:
 
     def ack_job(self, *job_ids: str, node: str | None = None) -> Any:
         """ACKJOB: the jobs are done; returns how many were known and not yet acked."""
-        return self._run(Request(("ACKJOB", *_ids(job_ids)), _parse_int, node=node))
+        return self._run(ids_request("ACKJOB", job_ids, node))
 
     def fast_ack(self, *job_ids: str, node: str | None = None) -> Any:
         """FASTACK: delete the jobs here and, best effort, everywhere."""
-        return self._run(Request(("FASTACK", *_ids(job_ids)), _parse_int, node=node))
+        return self._run(ids_request("FASTACK", job_ids, node))
 
     def nack_job(self, *job_ids: str, node: str | None = None) -> Any:
         """NACK: the jobs failed; queue them again now (``nacks`` + 1)."""
-        return self._run(Request(("NACK", *_ids(job_ids)), _parse_int, node=node))
+        return self._run(ids_request("NACK", job_ids, node))
 
     def working(self, job_id: str, node: str | None = None) -> Any:
         """WORKING: postpone the job's next delivery by its RETRY; returns the
@@ -284,15 +290,15 @@ class Commands:
 
     def enqueue(self, *job_ids: str, node: str | None = None) -> Any:
         """ENQUEUE: queue the jobs if not already queued; returns how many were."""
-        return self._run(Request(("ENQUEUE", *_ids(job_ids)), _parse_int, node=node))
+        return self._run(ids_request("ENQUEUE", job_ids, node))
 
     def dequeue(self, *job_ids: str, node: str | None = None) -> Any:
         """DEQUEUE: take the jobs out of their queue; returns how many were."""
-        return self._run(Request(("DEQUEUE", *_ids(job_ids)), _parse_int, node=node))
+        return self._run(ids_request("DEQUEUE", job_ids, node))
 
     def del_job(self, *job_ids: str, node: str | None = None) -> Any:
         """DELJOB: forget the jobs on this node only; returns how many were."""
-        return self._run(Request(("DELJOB", *_ids(job_ids)), _parse_int, node=node))
+        return self._run(ids_request("DELJOB", job_ids, node))
 
     # -- inspecting
     def show(self, job_id: str, node: str | None = None) -> Any:
@@ -314,6 +320,21 @@ class Commands:
         ``blocked``, ``import_from``, ``import_rate``, ``jobs_in``, ``jobs_out``,
         ``pause``), or None if there is no such queue."""
         return self._run(Request(("QSTAT", queue), _parse_qstat))
+
+    def jscan(self, *, count: int | None = None, queue: str | None = None,
+              states: Iterable[str] = (), reply: str | None = None,
+              busyloop: bool = False) -> Any:
+        """JSCAN over the current node, following the cursor to its end:
+        job ids, or SHOW dicts with ``reply="all"`` (an iterator; an async
+        iterator in AsyncClient)."""
+        return self._scan("JSCAN", count, jscan_options(queue, states, reply, busyloop))
+
+    def qscan(self, *, count: int | None = None, minlen: int | None = None,
+              maxlen: int | None = None, importrate: int | None = None,
+              busyloop: bool = False) -> Any:
+        """QSCAN over the current node: queue names (an iterator; an async
+        iterator in AsyncClient)."""
+        return self._scan("QSCAN", count, qscan_options(minlen, maxlen, importrate, busyloop))
 
     def pause(self, queue: str, *options: str, bcast: bool = False) -> Any:
         """PAUSE: ``in``, ``out``, ``all``, ``none`` or ``state``; ``bcast`` to

@@ -48,11 +48,23 @@ def _json_dumps(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+# First bytes a JSON document can start with (json.loads also reads UTF-16/32
+# and a UTF-8 BOM): anything else is not JSON, and saying so before json.loads
+# saves raising and catching an exception per job.
+_JSON_START = frozenset(b'{["-0123456789tfn \t\r\n\x00\xef\xfe\xff')
+
+
+def _json_loads(raw: bytes) -> Any:
+    if not raw or raw[0] not in _JSON_START:
+        raise ValueError("not JSON")
+    return json.loads(raw)
+
+
 def _msgpack_loads(raw: bytes) -> Any:
     return msgpack.unpackb(raw, raw=False)
 
 
-JSON = Serializer(_json_dumps, json.loads, "json")
+JSON = Serializer(_json_dumps, _json_loads, "json")
 MSGPACK = Serializer(msgpack.packb, _msgpack_loads, "msgpack")
 
 

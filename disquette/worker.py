@@ -42,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable
 
 from .aio import AsyncClient
+from .commands import getjob_request, ids_request
 from .dead_letters import dead_queue_name, envelope
 from .errors import DisqueConnectionError, DisqueError, NoJobError, TooLateError
 from .job import Job
@@ -119,8 +120,10 @@ class Worker:
     NACKing it.  ``grace_period``: seconds in-flight jobs get at shutdown.
     ``poll_ms``: how long one GETJOB blocks.  ``working_after``: seconds a
     handler runs before the first WORKING.  ``fast_ack``: FASTACK instead of
-    ACKJOB.  Hooks (sync or async): ``before_job(job)``,
-    ``after_job(job, error_or_None)``, ``on_failure(job, error)``.
+    ACKJOB.  ``fetchers``: GETJOBs in flight at once (each for up to
+    concurrency/fetchers jobs, never more than the free slots).  Hooks
+    (sync or async): ``before_job(job)``, ``after_job(job, error_or_None)``,
+    ``on_failure(job, error)``.
     ``metrics``: Prometheus counters (default: when prometheus-client is
     importable).  ``stats`` counts outcomes (ok, failed, dead_lettered,
     handed_back).
@@ -131,7 +134,7 @@ class Worker:
                  max_attempts: int | None = 5,
                  dead_letter_queue: str | Callable[[str], str] | None = None,
                  retry_backoff: bool = False, grace_period: float = 30.0, poll_ms: int = 1000,
-                 working_after: float = 0.5, fast_ack: bool = False,
+                 working_after: float = 0.5, fast_ack: bool = False, fetchers: int = 2,
                  dead_letter_ttl: int = 7 * 86400,
                  before_job: Callable[..., Any] | None = None,
                  after_job: Callable[..., Any] | None = None,
@@ -152,6 +155,7 @@ class Worker:
         self.poll_ms = poll_ms
         self.working_after = working_after
         self.fast_ack = fast_ack
+        self.fetchers = max(1, min(fetchers, concurrency))
         self.dead_letter_ttl = dead_letter_ttl
         self.before_job, self.after_job, self.on_failure = before_job, after_job, on_failure
         self.metrics = WorkerMetrics.get() if metrics is None or metrics else None
@@ -225,6 +229,8 @@ class Worker:
         self._acks: dict[str, list[str]] = {}
         self._ack_wakeup = asyncio.Event()
         self._acks_closing = False
+        self._fetching = 0  # fetch loops inside a GETJOB
+        self._reserved = 0  # slots promised to the GETJOBs in flight
         self._force_event = asyncio.Event()
         self._side_tasks: set[asyncio.Task[Any]] = set()
         acker = asyncio.create_task(self._ack_loop())
@@ -232,7 +238,7 @@ class Worker:
         log.info("worker started: queues %s, concurrency %d, node %s", self.queues,
                  self.concurrency, self._aclient.node)
         try:
-            for step in (self._fetch_loop, self._drain):
+            for step in (self._fetch_loops, self._drain):
                 if self._forced:
                     break
                 self._main = asyncio.create_task(step())
@@ -247,26 +253,56 @@ class Worker:
             await self._shutdown(acker, keeper, owned)
 
     # -- fetching
+    async def _fetch_loops(self) -> None:
+        """``fetchers`` loops, so that one GETJOB travels while the jobs of
+        another are handled; each reserves its slots before asking."""
+        await asyncio.gather(*(self._fetch_loop() for _ in range(self.fetchers)))
+
     async def _fetch_loop(self) -> None:
-        client = self._aclient
+        batch = -(-self.concurrency // self.fetchers)
         while not self._stopping:
-            free = self.concurrency - len(self._inflight)
+            free = self.concurrency - len(self._inflight) - self._reserved
             if free <= 0:
                 self._slot_free.clear()
                 await self._slot_free.wait()
                 continue
+            count = min(free, batch)
+            self._reserved += count
+            self._fetching += 1
             try:
-                jobs = await client.get_jobs(*self.queues, count=free, timeout_ms=self.poll_ms)
+                jobs = await self._fetch(count)
             except DisqueError as e:
                 log.warning("GETJOB failed: %s", e)
                 await self._pause(FETCH_ERROR_DELAY)
                 continue
+            finally:
+                self._fetching -= 1
+                self._reserved -= count
             if self._stopping:
                 await self._hand_back(jobs)
                 return
             for job in jobs:
                 self._start(job)
             await asyncio.sleep(0)  # let finished handlers free their slots together
+
+    async def _fetch(self, free: int) -> list[Job]:
+        """GETJOB for ``free`` jobs; the acks waiting for the same node go in
+        the same write (see ``_ack``)."""
+        client = self._aclient
+        get = getjob_request(tuple(self.queues), free, self.poll_ms, False, True)
+        node = client.node
+        ids = self._acks.pop(node, None)
+        if not ids:
+            return await client._run(get)
+        acked, jobs = await client._ack_and_get(
+            ids_request("FASTACK" if self.fast_ack else "ACKJOB", (ids,)), get)
+        if isinstance(acked, DisqueConnectionError):
+            self._acks.setdefault(node, []).extend(ids)  # send them again
+        elif isinstance(acked, Exception):
+            log.error("ack of %d jobs refused: %s", len(ids), acked)
+        if isinstance(jobs, Exception):
+            raise jobs
+        return jobs
 
     async def _pause(self, seconds: float) -> None:
         self._slot_free.clear()
@@ -294,7 +330,8 @@ class Worker:
                                      f"(max_attempts {self.max_attempts})")
                 await self._dead_letter(job, error, None)
                 return
-            await _call_hook(self.before_job, job)
+            if self.before_job is not None:
+                await _call_hook(self.before_job, job)
             try:
                 if self._async_handler:
                     await self.handler(job)
@@ -310,7 +347,8 @@ class Worker:
                 if not run.abandoned:
                     self._ack(job)
                     self._finished(job, "ok", run)
-            await _call_hook(self.after_job, job, error)
+            if self.after_job is not None:
+                await _call_hook(self.after_job, job, error)
         finally:
             del self._inflight[job.id]
             self._slot_free.set()
@@ -370,14 +408,21 @@ class Worker:
 
     # -- acks
     def _ack(self, job: Job) -> None:
+        """Acks wait for the next GETJOB to the same node, which carries them
+        (no round trip of their own); the ack loop sends them when no GETJOB
+        is coming soon: every fetch loop is in one, or they are for another node."""
         self._acks.setdefault(job.node, []).append(job.id)
-        self._ack_wakeup.set()
+        if (self._fetching == self.fetchers or self._stopping
+                or job.node != self._aclient.node):
+            self._ack_wakeup.set()
 
     async def _ack_loop(self) -> None:
         while not self._acks_closing:
             await self._ack_wakeup.wait()
             self._ack_wakeup.clear()
-            if not self._acks_closing and not await self._flush_acks():
+            if self._acks_closing:
+                return
+            if not await self._flush_acks():
                 await asyncio.sleep(ACK_RETRY_DELAY)
 
     async def _flush_acks(self, keep_failed: bool = True) -> bool:
@@ -431,6 +476,7 @@ class Worker:
     def _request_stop(self, force: bool) -> None:
         self._stopping = True
         self._slot_free.set()
+        self._ack_wakeup.set()
         if force and not self._forced:
             self._forced = True
             self._force_event.set()

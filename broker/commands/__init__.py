@@ -7,6 +7,8 @@ types). Parse failures raise CommandError, which the Node turns into the reply.
 
 from __future__ import annotations
 
+import re
+
 from protocol.resp import Error
 
 # Command flags.
@@ -67,13 +69,24 @@ def dispatch_error(cmd: Command | None, argv: list) -> Error:
     return Error(f"ERR wrong number of arguments for '{name.lower()}' command")
 
 
+# Disque reads integers with strtoll/strtoul: an optional sign and decimal
+# digits, nothing else ("+5" and "05" are 5, "" is 0); they stop at a NUL byte.
+_C_INTEGER = re.compile(rb"(?:[+-]?[0-9]+)?\Z")
+
+
+def c_integer(arg: bytes) -> int | None:
+    """The value strtoll/strtoul give an argument Disque accepts, else None."""
+    if b"\0" in arg:
+        arg = arg[:arg.index(b"\0")]
+    if not _C_INTEGER.match(arg):
+        return None
+    return int(arg) if arg else 0
+
+
 def parse_int(arg: bytes, message: str = "ERR value is not an integer or out of range") -> int:
-    """Redis string2ll: canonical decimal only (no spaces, '+', '_' or leading zeros)."""
-    try:
-        n = int(arg)
-    except ValueError:
-        raise CommandError(message) from None
-    if b"%d" % n != arg or not -(1 << 63) <= n < (1 << 63):
+    """An integer argument as Disque reads it (getLongLongFromObject)."""
+    n = c_integer(arg)
+    if n is None or not -(1 << 63) <= n < (1 << 63):
         raise CommandError(message)
     return n
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from broker.commands import F_DENYOOM, F_FAST, F_WRITE, command, parse_job_ids
-from broker.job import ACKED, ACTIVE, BADID, FLAG_BCAST_WILLQUEUE, QUEUED, valid_job_id
+from broker.job import (
+    ACKED, ACTIVE, BADID, FLAG_BCAST_WILLQUEUE, FLAG_QUEUED_ONCE, QUEUED, valid_job_id,
+)
 from protocol.resp import Error
 
 
-@command("ackjob", -2, F_WRITE | F_FAST)
+@command("ackjob", -1, F_WRITE | F_FAST)
 def ackjob(node, client, argv):
-    """ACKJOB job-id [job-id ...]: the jobs were processed; start the ack GC."""
+    """ACKJOB [job-id ...]: the jobs were processed; start the ack GC."""
     known = 0
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)
@@ -24,9 +26,9 @@ def ackjob(node, client, argv):
     return known
 
 
-@command("fastack", -2, F_WRITE | F_FAST)
+@command("fastack", -1, F_WRITE | F_FAST)
 def fastack(node, client, argv):
-    """FASTACK job-id [job-id ...]: delete here and tell the others, best effort."""
+    """FASTACK [job-id ...]: delete here and tell the others, best effort."""
     deleted = 0
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)
@@ -43,31 +45,39 @@ def _requeue(node, argv, nack: bool) -> int:
     now = node.clock()
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)
-        if job is not None and job.state == ACTIVE and node.queue_job(job, now):
+        if job is None or job.state != ACTIVE:
+            continue
+        # As Disque: queueing a job for the first time here (a DELAY job put
+        # in its queue early) is not an additional delivery; a NACK always
+        # counts; an at-most-once job is queued once at most, even if dequeued.
+        again = job.flags & FLAG_QUEUED_ONCE
+        if again and not job.retry:
+            continue
+        if node.queue_job(job, now):
             if nack:
                 job.nacks += 1
-            else:
+            elif again:
                 job.additional_deliveries += 1
             node.schedule_job(job)
             changed += 1
     return changed
 
 
-@command("nack", -2, F_DENYOOM | F_WRITE | F_FAST)
+@command("nack", -1, F_DENYOOM | F_WRITE | F_FAST)
 def nack(node, client, argv):
-    """NACK job-id [job-id ...]: put the jobs back in their queues now, counting nacks."""
+    """NACK [job-id ...]: put the jobs back in their queues now, counting nacks."""
     return _requeue(node, argv, nack=True)
 
 
-@command("enqueue", -2, F_DENYOOM | F_WRITE | F_FAST)
+@command("enqueue", -1, F_DENYOOM | F_WRITE | F_FAST)
 def enqueue(node, client, argv):
-    """ENQUEUE job-id [job-id ...]: queue jobs that are not queued (not acked ones)."""
+    """ENQUEUE [job-id ...]: queue jobs that are not queued (not acked ones)."""
     return _requeue(node, argv, nack=False)
 
 
-@command("dequeue", -2, F_WRITE | F_FAST)
+@command("dequeue", -1, F_WRITE | F_FAST)
 def dequeue(node, client, argv):
-    """DEQUEUE job-id [job-id ...]: take jobs out of their queues, keeping them."""
+    """DEQUEUE [job-id ...]: take jobs out of their queues, keeping them."""
     changed = 0
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)

@@ -14,31 +14,17 @@ from typing import Any, Iterator
 import pytest
 
 from disquette import AsyncClient, Client
-from tests.conftest import _FACTORIES
-from tests.harness import NodeFactory, NodeProcess, module_factory
-
-
-@pytest.fixture(scope="module")
-def sdk_factory(tmp_path_factory) -> Iterator[NodeFactory]:
-    yield from module_factory(tmp_path_factory, "sdk")
-
-
-@pytest.fixture(scope="module")
-def sdk_node(sdk_factory: NodeFactory) -> NodeProcess:
-    return sdk_factory()
+from tests.harness import NodeProcess
+from tests.integration.conftest import shared_factory, shared_node, snode  # noqa: F401
 
 
 @pytest.fixture
-def dnode(request, sdk_factory: NodeFactory, sdk_node: NodeProcess) -> Iterator[NodeProcess]:
-    """The module's node, empty, default config."""
-    request.node.stash.setdefault(_FACTORIES, []).append(sdk_factory)
-    if not sdk_node.is_alive():
-        sdk_node.start()
-    with sdk_node.raw() as r:
-        assert r.call("DEBUG", "FLUSHALL") == b"+OK\r\n"
+def dnode(snode: NodeProcess) -> NodeProcess:
+    """The module's node (tests/integration's ``snode``: flushed), with the
+    default maxmemory back (a test may have lowered it)."""
+    with snode.raw() as r:
         assert r.call("CONFIG", "SET", "maxmemory", "1gb") == b"+OK\r\n"
-    yield sdk_node
-    sdk_node._close_clients()
+    return snode
 
 
 class Blocking:
