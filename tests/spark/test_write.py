@@ -177,7 +177,7 @@ def test_binary_body_and_sync_replication(spark, cluster, tmp_path):
     bodies = queued(cluster, "bin")
     assert sorted(bodies.values()) == sorted(f"b{i}".encode() for i in range(300))
     job = show(cluster, next(iter(bodies)))
-    assert job["repl"] == 3 and len(job["nodes-confirmed"]) == 3
+    assert job["repl"] == 3 and len(job["nodes-delivered"]) == 3
 
 
 def test_partition_writer_uses_one_connection_per_task(spark, cluster):
