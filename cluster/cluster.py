@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 
+from broker import lifecycle
 from broker.job import FLAG_BCAST_QUEUED
 from cluster import acks, federation, replication, requeue
 from cluster.membership import Membership, NodeEvent, SaveConfig, Send
@@ -49,6 +50,15 @@ HANDLERS = {
 }
 
 
+def announced_address(config) -> tuple[str, int, int]:
+    """(ip, port, bus port) peers are told: the announce directives when set."""
+    ip = config.cluster_announce_ip
+    if not ip and config.bind and config.bind[0] not in ("0.0.0.0", "::", "*"):
+        ip = config.bind[0]
+    return (ip or "", config.cluster_announce_port or config.port,
+            config.cluster_announce_bus_port or config.effective_bus_port)
+
+
 class Cluster:
     def __init__(self, node, membership: Membership) -> None:
         self.node = node
@@ -67,6 +77,7 @@ class Cluster:
         self.next_membership_tick = 0
         self.events: list[NodeEvent] = []
         node.cluster = self
+        node.config.watchers.append(self.config_changed)
 
     # ------------------------------------------------------------- plumbing
     @property
@@ -78,6 +89,31 @@ class Cluster:
             if isinstance(o, NodeEvent):
                 self.on_event(o)
             self.out.append(o)
+
+    # ----------------------------------------------- admin (CLUSTER ..., CONFIG SET)
+    # Membership changes go through here, so their outputs join the others.
+    def meet(self, ip: str, bus_port: int, now: int) -> None:
+        self._collect(self.m.meet(ip, bus_port, now))
+
+    def forget(self, node_id: str, now: int) -> None:
+        self._collect(self.m.forget(node_id, now))
+
+    def reset(self, hard: bool, now: int) -> None:
+        """CLUSTER RESET: forget every node; HARD also drops every job and takes
+        a new id."""
+        if hard:
+            lifecycle.flush_all(self.node)
+        self._collect(self.m.reset(hard, now=now))
+
+    def set_leaving(self, leaving: bool, now: int) -> None:
+        self._collect(self.m.set_leaving(leaving, now))
+
+    def config_changed(self, name: str) -> None:
+        """Config watcher: directives the cluster layer applies at run time."""
+        if name == "cluster-node-timeout":
+            self.m.node_timeout = self.node.config.cluster_node_timeout
+        elif name.startswith("cluster-announce"):
+            self._collect(self.m.set_address(*announced_address(self.node.config)))
 
     def save_config(self):
         return SaveConfig(self.m.to_nodes_conf())
@@ -236,8 +272,8 @@ class Cluster:
     def before_requeue(self, job) -> None:
         job.flags |= FLAG_BCAST_QUEUED      # a timer requeue is announced (QUEUED)
 
-    def send_willqueue(self, job) -> None:
-        requeue.send_willqueue(self, job)
+    def send_willqueue(self, job) -> int:
+        return requeue.send_willqueue(self, job)
 
     def broadcast_working(self, job) -> None:
         self.send_many(self.others_of(job), B.WORKING, job.id)

@@ -12,10 +12,9 @@ copies are confirmed one holder is told to queue the job (ENQUEUE).
 
 from __future__ import annotations
 
-from broker.job import (
-    ACKED, ACTIVE, FLAG_DELIVERED, QUEUED, WAIT_REPL, job_from_fields, job_to_fields,
-)
-from broker.node import BLOCKED, REQUEUE_JITTER_MS
+from broker import lifecycle
+from broker.job import ACKED, QUEUED, WAIT_REPL, job_to_fields
+from broker.node import BLOCKED
 from broker.queue import PAUSED_IN
 from protocol import bus as B
 from protocol.resp import Error, Status
@@ -57,24 +56,13 @@ def replicate_new_job(cluster, client, job, timeout: int, is_async: bool, extern
                    is_async, external, now + WIDEN_EVERY_MS)
     cluster.pending[job.id] = p
     if not external:
-        node.register_job(job)          # WAIT_REPL until confirmed (or ASYNC below)
+        lifecycle.add_pending(node, job)    # wait-repl until confirmed (or ASYNC below)
     cluster.send_many(chosen, B.REPLJOB, job_to_fields(job))
     if is_async:
         if not external:
-            _activate(node, job, now)
+            lifecycle.activate(node, job, now)
         return Status(job.id.decode())
     return BLOCKED
-
-
-def _activate(node, job, now: int) -> None:
-    """The job is now live here: log it and queue it unless delayed."""
-    job.state = ACTIVE
-    if node.aof is not None:
-        node.aof.log_job(job)
-    if not job.delay:
-        node.queue_job(job, now)
-    else:
-        node.schedule_job(job)
 
 
 def _achieved(cluster, p: PendingAdd, now: int) -> None:
@@ -86,7 +74,7 @@ def _achieved(cluster, p: PendingAdd, now: int) -> None:
         target = node.rng.choice(sorted(job.nodes_confirmed))
         cluster.send(target, B.ENQUEUE, job.id)
     elif not p.is_async:
-        _activate(node, job, now)
+        lifecycle.activate(node, job, now)
     if p.client is not None:
         node.outbox.append((p.client, Status(job.id.decode())))
 
@@ -121,7 +109,7 @@ def tick(cluster, now: int) -> None:
                 continue                # live job: stop widening, keep it
             cluster.send_many(cluster.others_of(job), B.DELJOB, job.id)
             if not p.external:
-                node.unregister_job(job)
+                lifecycle.delete(node, job)
             if p.client is not None:
                 node.outbox.append((p.client, NOREPL_TIMEOUT))
             continue
@@ -140,42 +128,13 @@ def on_repljob(cluster, sender: str, fields, now: int) -> None:
     node = cluster.node
     if node.leaving or node.loading or node.memory_level() >= 1:
         return
-    jid = bytes(fields[0])
-    q = node.queues.get(bytes(fields[1]))
+    jid = fields[0]
+    q = node.queues.get(fields[1])
     if q is not None and q.flags & PAUSED_IN:
         return
-    job = node.get_job(jid)
-    if job is None:
-        if jid in cluster.tombstones:   # cluster.is_tombstoned(jid), inlined
-            return                      # a late REPLJOB for a job already collected
-        job = job_from_fields(fields)
-        job.state = ACTIVE
-        # Our retry timer fires only if the copy queued elsewhere was not acked
-        # in time: queueing it then is a redelivery (additional-deliveries).
-        job.flags = FLAG_DELIVERED if job.retry else 0
-        # The sender's list already names it when it keeps a copy; an external
-        # replication (no copy there) must not list it.
-        nd = job.nodes_delivered         # a fresh set (or None) of our own
-        if nd is None:
-            job.nodes_delivered = {cluster.myself_id}
-        else:
-            nd.add(cluster.myself_id)
-        job.nodes_confirmed = None
-        # If the node that queues it dies, we queue it after the delay + retry,
-        # counted from now: replication itself may take a while.
-        if job.retry:
-            created = job.ctime // 1_000_000
-            start = max(now, created + job.delay * 1000)
-            # Uniform in [-JITTER, +JITTER] (as randint, in one C call).
-            jitter = int(node.rng.random() * (2 * REQUEUE_JITTER_MS + 1)) - REQUEUE_JITTER_MS
-            job.qtime = start + job.retry * 1000 + jitter
-        else:
-            job.qtime = 0
-        node.register_job(job)
-        if node.aof is not None:
-            node.aof.log_job(job)
-    else:
-        job.nodes_delivered = (job.nodes_delivered or {cluster.myself_id}) | set(fields[12] or ())
+    if jid in cluster.tombstones and node.get_job(jid) is None:
+        return                          # a late REPLJOB for a job already collected
+    lifecycle.adopt_replica(node, fields, now)
     cluster.send(sender, B.GOTJOB, jid)
 
 
@@ -185,12 +144,7 @@ def on_enqueue(cluster, sender: str, jid, now: int) -> None:
     job = node.get_job(jid)
     if job is None or job.state in (ACKED, QUEUED, WAIT_REPL):
         return
-    created = job.ctime // 1_000_000
-    if job.delay and created + job.delay * 1000 > now:
-        job.qtime = created + job.delay * 1000
-        node.schedule_job(job)
-    else:
-        node.queue_job(job, now)
+    lifecycle.enqueue_after_delay(node, job, now)
 
 
 def client_closed(cluster, client) -> None:

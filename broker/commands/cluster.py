@@ -32,7 +32,7 @@ def cluster_cmd(node, client, argv):
             if not 0 < port < 65536 or not 0 < bus < 65536:
                 raise CommandError(f"ERR Invalid node address specified: "
                                    f"{argv[2].decode('latin-1')}:{port}")
-            c._collect(m.meet(argv[2].decode("latin-1"), bus, now))
+            c.meet(argv[2].decode("latin-1"), bus, now)
             return OK
         if sub == b"nodes" and n == 2:
             return ("\n".join(m.nodes_lines()) + "\n").encode()
@@ -42,17 +42,13 @@ def cluster_cmd(node, client, argv):
             info = m.cluster_info()
             return "".join(f"{k}:{v}\r\n" for k, v in info.items()).encode()
         if sub == b"forget" and n == 3:
-            c._collect(m.forget(argv[2].decode("latin-1"), now))
+            c.forget(argv[2].decode("latin-1"), now)
             return OK
         if sub == b"reset" and n in (2, 3):
             mode = argv[2].lower() if n == 3 else b"soft"
             if mode not in (b"soft", b"hard"):
                 raise CommandError(SYNTAX_ERROR)
-            hard = mode == b"hard"
-            if hard:
-                node.flushall()
-            c._collect(m.reset(hard, now=now))
-            node.myself_id = m.node_id
+            c.reset(mode == b"hard", now)
             return OK
         if sub == b"leaving" and n in (2, 3):
             if n == 2:
@@ -60,8 +56,7 @@ def cluster_cmd(node, client, argv):
             value = argv[2].lower()
             if value not in (b"yes", b"no"):
                 raise CommandError(SYNTAX_ERROR)
-            node.leaving = value == b"yes"
-            c._collect(m.set_leaving(node.leaving, now))
+            c.set_leaving(value == b"yes", now)
             return OK
         if sub == b"saveconfig" and n == 2:
             c.out.append(c.save_config())

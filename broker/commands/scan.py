@@ -13,8 +13,7 @@ import zlib
 from broker.commands import SYNTAX_ERROR, CommandError, command, parse_int
 from broker.commands.jobs import show_fields
 from broker.commands.queues import import_rate
-from broker.job import FLAG_DUMMY_ACK, STATE_BY_NAME
-from broker.node import SHARDS
+from broker.job import FLAG_DUMMY_ACK, SHARDS, STATE_BY_NAME
 
 DEFAULT_COUNT = 10
 

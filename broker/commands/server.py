@@ -6,6 +6,7 @@ from __future__ import annotations
 import platform
 import sys
 
+from broker import lifecycle
 from broker.commands import (
     COMMANDS, F_ADMIN, F_LOADING, F_NOAUTH, FLAG_NAMES, SYNTAX_ERROR, CommandError,
     command, parse_int,
@@ -67,18 +68,17 @@ def _section_queues(node, now):
     return [("registered_queues", len(node.queues))]
 
 
+AOF_OFF_FIELDS = [("aof_enabled", 0), ("aof_state", "off"), ("aof_rewrite_in_progress", 0),
+                  ("aof_rewrite_scheduled", 0), ("aof_last_rewrite_time_sec", -1),
+                  ("aof_current_rewrite_time_sec", -1), ("aof_last_bgrewrite_status", "ok"),
+                  ("aof_last_write_status", "ok")]
+
+
 def _section_persistence(node, now):
-    aof = node.aof
-    fields = [("loading", int(node.loading))]
-    if aof is not None:
-        fields += aof.info_fields()
-    else:
-        fields += [("aof_enabled", 0), ("aof_state", "off"),
-                   ("aof_rewrite_in_progress", 0), ("aof_rewrite_scheduled", 0),
-                   ("aof_last_rewrite_time_sec", -1), ("aof_current_rewrite_time_sec", -1),
-                   ("aof_last_bgrewrite_status", "ok"), ("aof_last_write_status", "ok"),
-                   ("aof_fsync_policy", node.config.appendfsync)]
-    return fields
+    aof = node.host.aof_info()
+    if aof is None:
+        aof = AOF_OFF_FIELDS + [("aof_fsync_policy", node.config.appendfsync)]
+    return [("loading", int(node.loading))] + aof
 
 
 def _section_stats(node, now):
@@ -158,7 +158,6 @@ def config(node, client, argv):
             for i in range(2, len(argv), 2):
                 name = argv[i].decode("latin-1").lower()
                 cfg.set(name, argv[i + 1].decode("latin-1"))
-                node.host.config_changed(name)
         except ConfigError as e:
             msg = str(e)
             return Error(msg if msg.startswith("ERR") else "ERR " + msg)
@@ -186,9 +185,7 @@ def debug(node, client, argv):
     """DEBUG FLUSHALL | SLEEP seconds | LOADAOF | SEGFAULT | RESTART"""
     sub = argv[1].lower()
     if sub == b"flushall":
-        node.flushall()
-        if node.aof is not None:
-            node.aof.log_flushall()
+        lifecycle.flush_all(node)
         return OK
     if sub == b"sleep" and len(argv) == 3:
         try:
@@ -198,9 +195,7 @@ def debug(node, client, argv):
         node.host.sleep(seconds)
         return OK
     if sub == b"loadaof":
-        if node.aof is None:
-            return Error("ERR AOF is not enabled")
-        node.aof.debug_loadaof()
+        node.host.debug_loadaof()
         return OK
     if sub == b"segfault":
         node.host.crash()
@@ -265,9 +260,7 @@ def shutdown(node, client, argv):
 @command("bgrewriteaof", 1, F_ADMIN)
 def bgrewriteaof(node, client, argv):
     """BGREWRITEAOF"""
-    if node.aof is None:
-        return Error("ERR AOF is not enabled")
-    return Status(node.aof.start_rewrite())
+    return Status(node.host.bgrewriteaof())
 
 
 @command("monitor", 1, F_ADMIN)

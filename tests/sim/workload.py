@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from broker.job import ACKED, id_is_at_least_once
 from cluster.sim import NetworkConfig, Simulation
-from cluster.sim_node import broker_factory
+from server.sim_node import broker_factory
 from protocol.resp import Error, Status
 
 QUEUE = b"q"

@@ -1,4 +1,4 @@
-"""Bus wire format (protocol/bus.py) and the asyncio bus shell (cluster/bus.py)."""
+"""Bus wire format (protocol/bus.py) and the asyncio bus shell (server/bus.py)."""
 
 import asyncio
 import random
@@ -9,7 +9,9 @@ import msgpack
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from cluster.bus import BusDriver, ClusterBus
+from broker.config import Config
+from server.bus import ClusterBus
+from server.inprocess import InProcessNode
 from cluster.membership import Membership, random_node_id
 from protocol import bus
 from protocol.bus import (
@@ -221,6 +223,66 @@ def test_any_msgpack_payload_round_trips(payload):
 
 # -- the asyncio shell ---------------------------------------------------------------
 
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class BusDriver:
+    """A whole node (server/inprocess.py: Node + Cluster + the output driver) on a
+    real ClusterBus, ticking in the event loop: the membership over real sockets."""
+
+    def __init__(self, membership, *, host="127.0.0.1", port=0, tick_interval=0.1,
+                 **bus_options) -> None:
+        self.membership = membership
+        self.tick_interval = tick_interval
+        self.bus = ClusterBus(self._on_message, host=host, port=port,
+                              on_link_up=self._on_link_up, on_link_down=self._on_link_down,
+                              **bus_options)
+        self.node = None
+        self._ticker = None
+
+    async def start(self) -> None:
+        await self.bus.start()
+        m = self.membership
+        if not m.myself.bus_port:
+            m.set_address(m.myself.ip, m.myself.port, self.bus.port)
+        self.node = InProcessNode(Config(cluster_node_timeout=m.node_timeout),
+                                  clock=wall_ms, membership=m, bus=self.bus)
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_loop())
+
+    async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            try:
+                await self._ticker
+            except asyncio.CancelledError:
+                pass
+        await self.bus.close()
+
+    @property
+    def saved(self):
+        return self.node.saved_nodes_conf
+
+    async def _tick_loop(self) -> None:
+        while True:
+            self.node.tick()
+            await asyncio.sleep(self.tick_interval)
+
+    def meet(self, ip: str, bus_port: int) -> None:
+        self.node.cluster.meet(ip, bus_port, wall_ms())
+        self.node.driver.after_input()
+
+    def _on_message(self, link, msg) -> None:
+        if self.node is not None:
+            self.node.bus_message(link, msg)
+
+    def _on_link_up(self, node_id: str) -> None:
+        self.node.link_up(node_id)
+
+    def _on_link_down(self, node_id: str) -> None:
+        self.node.link_down(node_id)
+
+
 async def wait_for(predicate, timeout=15.0):
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -315,7 +377,7 @@ async def test_bus_detects_a_dead_node_and_clears_fail_when_it_restarts():
     # Real sockets end to end: links fail, PFAIL -> FAIL by majority, the node
     # restarts from its nodes.conf on the same port, reconnects, FAIL is cleared.
     timeout = 600
-    saved = {}
+    drivers_by_index = {}
     drivers = []
 
     async def start(i, conf=None, port=0):
@@ -327,9 +389,9 @@ async def test_bus_detects_a_dead_node_and_clears_fail_when_it_restarts():
             m = Membership.from_nodes_conf(conf, ip="127.0.0.1", port=7711 + i,
                                            bus_port=port, rng=rng, node_timeout=timeout)
         d = BusDriver(m, host="127.0.0.1", port=port, tick_interval=0.05,
-                      on_save=lambda text: saved.__setitem__(i, text),
                       backoff_min=0.05, backoff_max=0.2)
         await d.start()
+        drivers_by_index[i] = d
         return d
 
     try:
@@ -340,6 +402,7 @@ async def test_bus_detects_a_dead_node_and_clears_fail_when_it_restarts():
         assert await wait_for(lambda: all(len(d.membership.known_ids()) == 3 for d in drivers))
         victim = drivers[2]
         vid, vport = victim.membership.node_id, victim.bus.port
+        saved = victim.saved
         await victim.close()
 
         def failed():
@@ -351,7 +414,7 @@ async def test_bus_detects_a_dead_node_and_clears_fail_when_it_restarts():
             (line,) = [l for l in d.membership.nodes_lines() if l.startswith(vid)]
             assert " fail " in line and line.endswith(" disconnected")
 
-        drivers[2] = await start(2, saved[2], port=vport)       # same id, no MEET
+        drivers[2] = await start(2, saved, port=vport)          # same id, no MEET
         assert drivers[2].membership.node_id == vid
 
         def healed():

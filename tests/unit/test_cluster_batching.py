@@ -4,6 +4,7 @@ unpacked in order on the other side, counted as separate messages."""
 
 import random
 
+from broker.commands import COMMANDS
 from broker.config import Config
 from broker.node import BLOCKED, Node
 from cluster.cluster import Cluster
@@ -23,7 +24,8 @@ def make_cluster(n: int = 3):
         rng = random.Random(i)
         m = Membership(random_node_id(rng), "10.0.0.%d" % (i + 1), 7711, 17711, rng=rng,
                        now=NOW)
-        node = Node(Config(), lambda: clock[0], rng, node_id=m.node_id)
+        node = Node(Config(), lambda: clock[0], rng, node_id=m.node_id, commands=COMMANDS,
+                    strict=True)
         nodes.append(Cluster(node, m))
     for c in nodes:
         for other in nodes:
@@ -70,7 +72,7 @@ def test_nothing_for_a_node_deleted_before_the_drain():
     a, b, c = make_cluster()
     a.send(b.myself_id, B.GOTJOB, b"j1")
     a.send(c.myself_id, B.GOTJOB, b"j1")
-    a._collect(a.m.forget(b.myself_id, NOW))
+    a.forget(b.myself_id, NOW)
     out = a.drain()
     assert DropLink(b.myself_id, True) in out
     assert [s.node_id for s in sends(out)] == [c.myself_id]
@@ -127,33 +129,30 @@ def test_replicated_addjobs_travel_as_one_frame_each_way():
 
 
 def test_a_batch_too_big_for_one_frame_goes_message_by_message(monkeypatch):
-    """The shell's fallback (broker/server.py): a BATCH over the frame size limit
-    is sent as one frame per message rather than dropped."""
-    import broker.server as server_mod
+    """The output driver's fallback (server/driver.py): a BATCH over the frame
+    size limit is sent as one frame per message rather than dropped."""
+    import server.driver as driver_mod
     from protocol.bus import BusProtocolError
 
-    real = server_mod.encode_frame
+    real = driver_mod.encode_frame
 
     def encode(msg, *a):
         if msg.type == B.BATCH:
             raise BusProtocolError("too big")
         return real(msg, *a)
 
-    monkeypatch.setattr(server_mod, "encode_frame", encode)
+    monkeypatch.setattr(driver_mod, "encode_frame", encode)
     sent = []
 
     class FakeBus:
         def send(self, node_id, ip, bus_port, frame):
             sent.append((node_id, frame))
 
-    class FakeServer:
-        bus = FakeBus()
-        apply_cluster_outputs = server_mod.Server.apply_cluster_outputs
-
     a, b, _ = make_cluster()
+    driver = driver_mod.OutputDriver(a.node, a, bus=FakeBus())
     a.send(b.myself_id, B.GOTJOB, b"j1")
     a.send(b.myself_id, B.DELJOB, b"j2")
-    server_mod.Server.apply_cluster_outputs(FakeServer(), a.drain())
+    driver.flush()
     got = []
     for node_id, frame in sent:
         r = FrameReader()
