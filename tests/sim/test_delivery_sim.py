@@ -70,3 +70,18 @@ def test_duplicate_delivery_rate_is_reported():
     # Faults do cause some (acks lost in partitions, concurrent requeues), but
     # most deliveries must be single.
     assert rate < 0.10
+
+
+def test_a_bug_in_a_handler_fails_the_seed(monkeypatch):
+    """"No internal error" is an invariant: an exception in one of our bus
+    handlers must fail the seed, not pass for a peer's malformed message."""
+    from cluster import cluster as cluster_mod
+    from protocol import bus as B
+
+    def broken(cluster, sender, payload, now):
+        raise AttributeError("injected bug")
+
+    monkeypatch.setitem(cluster_mod.HANDLERS, B.GOTJOB, broken)
+    report = Workload(7).run()
+    assert any("internal error" in v and "injected bug" in v for v in report.violations), \
+        report.violations

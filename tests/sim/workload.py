@@ -9,6 +9,7 @@ partitions, crashes, message loss. ``Workload(seed).run()`` returns a Report;
 from __future__ import annotations
 
 import random
+import traceback
 from dataclasses import dataclass, field
 
 from broker.job import ACKED, id_is_at_least_once
@@ -234,6 +235,18 @@ class Workload:
 
     # -- the run --------------------------------------------------------------------
     def run(self) -> Report:
+        """The scenario, then the report. Nodes are strict: an exception in our
+        own code stops the run and is a violation ("no internal error")."""
+        try:
+            self._run()
+        except Exception:
+            self.violation("internal error (a bug in our code):\n" + traceback.format_exc())
+        for v in self.sim.violations:
+            self.violation(v)
+        self.sim.violations.clear()
+        return self.report()
+
+    def _run(self) -> None:
         sim, rng = self.sim, self.rng
         for i in range(1, self.n):
             prev = sim.hosts[self.names[i - 1]]
@@ -263,7 +276,6 @@ class Workload:
                 self.violation(f"acknowledged jobs never delivered: {lost}")
             if left:
                 self.violation(f"jobs still held after heal (acks not collected): {left}")
-        return self.report()
 
     def unasked(self, jid: bytes, prev: int, t: int) -> bool:
         """A redelivery nobody asked for: after the consumer acked it, or sooner
