@@ -60,6 +60,12 @@ class Replies:
         self.closed = True
 
 
+class ProcessExit(BaseException):
+    """The node's process exits on the spot (what server/aof.py does with
+    os._exit when a write fails under appendfsync always): nothing after it runs,
+    no held reply or bus message leaves."""
+
+
 class DiskAOF:
     """The AOF writer over a simulated disk (``cluster.sim.SimDisk``): the same
     records and encoding as the file, the same fsync policies."""
@@ -86,7 +92,9 @@ class DiskAOF:
                 self.pending = items + self.pending
                 self.node.aof_error = e.strerror or str(e)
                 if self.config.appendfsync == "always":
-                    self.disk.fatal = True      # as the process: exit, acknowledged writes at risk
+                    # As the process: acknowledged writes can no longer be guaranteed.
+                    self.disk.fatal = True
+                    raise ProcessExit(self.node.aof_error) from None
                 return
             self.node.aof_error = None
         policy = self.config.appendfsync

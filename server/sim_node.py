@@ -19,9 +19,10 @@ from __future__ import annotations
 import random
 
 from broker.config import Config
+from broker.job import ACKED
 from cluster.membership import DropLink, Membership, Send, random_node_id
 from protocol import bus as B
-from server.inprocess import InProcessNode, Replies
+from server.inprocess import InProcessNode, ProcessExit, Replies
 
 
 class _Clock:
@@ -75,6 +76,9 @@ class BrokerSimNode(InProcessNode):
         else:
             return
         for jid in ids:
+            job = self.node.get_job(jid)
+            if job is not None and job.state == ACKED:
+                continue        # confirms an ack (a dummy one is never logged), not a copy
             if not self.host.disk.holds(jid, self.config.appendfsync == "always"):
                 self.sim.violations.append(
                     f"{self.host.name} confirmed a copy of {jid!r} it has not logged")
@@ -83,18 +87,30 @@ class BrokerSimNode(InProcessNode):
         out, self.out = self.out, []
         return out
 
+    def _input(self, fn, *args) -> list:
+        """Run one input; its outputs for the simulator. A process exit (a failed
+        write under appendfsync always) loses them: the simulator then crashes
+        the host (its disk says fatal)."""
+        try:
+            fn(*args)
+        except ProcessExit:
+            self.out = []
+            return []
+        return self._outputs()
+
     # -- what the simulator calls -------------------------------------------------
     def handle_message(self, link, msg, now: int) -> list:
         self.clock.now = now
-        self.driver.bus_message(link, msg, now)
-        return self._outputs()
+        return self._input(self.driver.bus_message, link, msg, now)
 
     def tick(self, now: int) -> list:
         self.clock.now = now
+        return self._input(self._tick)
+
+    def _tick(self) -> None:
         self.driver.tick()
         if self.driver.aof is not None:
             self.driver.flush()         # the everysec fsync comes due with time
-        return self._outputs()
 
     def next_deadline(self, now: int):
         self.clock.now = now
@@ -102,13 +118,11 @@ class BrokerSimNode(InProcessNode):
 
     def link_up(self, node_id: str, now: int) -> list:
         self.clock.now = now
-        self.driver.link_up(node_id, now)
-        return self._outputs()
+        return self._input(self.driver.link_up, node_id, now)
 
     def link_down(self, node_id: str, now: int) -> list:
         self.clock.now = now
-        self.driver.link_down(node_id, now)
-        return self._outputs()
+        return self._input(self.driver.link_down, node_id, now)
 
     # -- what scenarios call --------------------------------------------------------
     def new_client(self, on_reply):
@@ -118,8 +132,8 @@ class BrokerSimNode(InProcessNode):
         """Run a client command; its reply goes to the client's callback (now, or
         later for a blocked command). Returns the outputs for the simulator."""
         self.clock.now = now
-        self.run(client, [a if isinstance(a, bytes) else str(a).encode() for a in args])
-        return self._outputs()
+        return self._input(self.run, client,
+                           [a if isinstance(a, bytes) else str(a).encode() for a in args])
 
 
 def broker_factory(**directives):

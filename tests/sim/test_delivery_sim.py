@@ -1,6 +1,12 @@
 """SPEC section 9 invariants over thousands of seeded simulations of whole broker
-clusters (cluster/sim.py + cluster/sim_node.py), with partitions (both ways and
+clusters (cluster/sim.py + server/sim_node.py), with partitions (both ways and
 one way), message loss, duplication and reordering, crashes and restarts.
+
+Seeds also run with an AOF on each host's simulated disk (appendfsync always or
+everysec, which loses what was not fsynced on a crash): then an ADDJOB
+acknowledged under always survives any crash, and a node never confirms a copy
+(GOTJOB) it has not logged. No seed may raise in our own code ("no internal
+error").
 
 A failure names its seed: `Workload(seed).run()` replays it exactly.
 SIM_SEEDS (default 10,000) sets how many seeds the sweep runs.

@@ -30,6 +30,7 @@ class Report:
     at_least_once_redeliveries: int = 0
     duplicates: int = 0            # redeliveries not asked for (no NACK, no RETRY timeout)
     sim_time: int = 0
+    persistence: str = "off"       # appendfsync policy of the run, or "off"
 
 
 class Workload:
@@ -46,7 +47,14 @@ class Workload:
                             drop=rng.choice([0.0, 0.0, 0.01, 0.05]) if faults else 0.0,
                             duplicate=rng.choice([0.0, 0.02]) if faults else 0.0,
                             reorder=rng.choice([0.0, 0.05]) if faults else 0.0)
-        self.sim = Simulation(seed, broker_factory(cluster_node_timeout=1000), net=net,
+        # Persistence (its own stream: the draws above keep their scenarios): an
+        # AOF on a simulated disk that loses what was not fsynced on a crash.
+        self.fsync = random.Random(seed ^ 0xA0F).choice(
+            ["off", "off", "off", "always", "always", "everysec"])
+        directives = {"cluster_node_timeout": 1000}
+        if self.fsync != "off":
+            directives.update(appendonly="yes", appendfsync=self.fsync)
+        self.sim = Simulation(seed, broker_factory(**directives), net=net,
                               record_deliveries=False)
         self.names = [self.sim.add_host().name for _ in range(self.n)]
         self.final = False                 # final phase: healed, consumers ack everything
@@ -140,7 +148,13 @@ class Workload:
 
     def delivered(self, jid: bytes, name: str) -> None:
         t = self.sim.now
-        if jid in self.collected_at:
+        # A host that crashed holds what its disk kept, even while it is down.
+        crashed = any(c <= t for cs in self.crashed_at.values() for c in cs)
+        if jid in self.collected_at and not (self.fsync != "off" and crashed):
+            # (With an AOF a node that was down when the job was collected, or
+            # missed a best-effort DELJOB, comes back with it; under everysec a
+            # crash may also lose the last second of records, the ack among
+            # them: the job comes back, at least once.)
             self.violation(f"{jid!r} delivered on {name} at {t} after its ack was "
                            f"collected at {self.collected_at[jid]}")
         self.deliveries.append((jid, t, name))
@@ -187,6 +201,19 @@ class Workload:
             self.sim.crash(victim)
             self.crashed_at[victim].append(self.sim.now)
             self.later(rng.randint(200, 3000), lambda: self.restart(victim))
+        elif x < 0.8 and self.fsync == "always":
+            # The disk refuses writes for a while: the node exits at its next
+            # write (nothing unlogged is acknowledged) and comes back later.
+            victim = rng.choice(self.names)
+            disk = self.sim.hosts[victim].disk
+            disk.fail_writes = True
+            self.crashed_at[victim].append(self.sim.now)
+
+            def repaired():
+                disk.fail_writes = False
+                self.restart(victim)
+
+            self.later(rng.randint(200, 2000), repaired)
 
     def restart(self, name: str) -> None:
         if not self.sim.hosts[name].alive:
@@ -218,18 +245,29 @@ class Workload:
         for h in self.sim.hosts.values():
             if h.alive and h.node.node.job_count:
                 jobs = [j.id for j in h.node.node.iter_jobs()
-                        if not (j.retry == 0 and j.state != ACKED and j.id not in self.acked
+                        if not (j.retry == 0 and j.state != ACKED
+                                and (j.id not in self.acked or self.ack_lost(j.id, h.name))
                                 and any(d[0] == j.id for d in self.deliveries))]
                 if jobs:
                     left[h.name] = jobs
         return left
 
+    def ack_lost(self, jid: bytes, name: str) -> bool:
+        """Under everysec a crash of `name` after the ack may have lost it."""
+        t = self.acked_at.get(jid)
+        return (self.fsync == "everysec" and t is not None
+                and any(c >= t for c in self.crashed_at[name]))
+
     def must_survive(self, jid: bytes, p: dict) -> bool:
         """SPEC 9.1: acknowledged (sync) and fewer than REPLICATE holders lost.
         At-most-once (RETRY 0) jobs are exempt: one moved by federation is lost
-        with the YOURJOBS message if that is lost, as in Disque."""
+        with the YOURJOBS message if that is lost, as in Disque. Under
+        appendfsync always a crash loses no holder: every acknowledged job
+        survives any crash."""
         if p["async"] or p["retry"] == 0:
             return False
+        if self.fsync == "always":
+            return True
         lost = sum(1 for h in p["holders"] if any(t >= p["time"] for t in self.crashed_at[h]))
         return lost < p["repl"]
 
@@ -290,7 +328,8 @@ class Workload:
 
     def report(self) -> Report:
         r = Report(self.seed, self.violations, produced=len(self.produced),
-                   deliveries=len(self.deliveries), sim_time=self.sim.now)
+                   deliveries=len(self.deliveries), sim_time=self.sim.now,
+                   persistence=self.fsync)
         seen: dict[bytes, int] = {}
         last: dict[bytes, int] = {}
         for jid, t, _h in self.deliveries:
