@@ -23,11 +23,11 @@ from heapq import heappop, heappush
 
 RESOLUTION_MS = 10
 COMPACT_SLACK = 1024        # stale entries tolerated beyond the live ones
-COMPACT_BUDGET = 20_000     # entries looked at per compact() call
+COMPACT_BUDGET = 5_000      # entries looked at per compact() call (well under 1 ms)
 
 
 class TimerWheel:
-    __slots__ = ("buckets", "heap", "entries", "stale", "_sweep")
+    __slots__ = ("buckets", "heap", "entries", "stale", "_sweep", "_cur")
 
     def __init__(self) -> None:
         self.buckets: dict[int, list] = {}
@@ -35,6 +35,7 @@ class TimerWheel:
         self.entries = 0            # entries in the buckets, stale ones included
         self.stale = 0              # entries whose job is due elsewhere or deleted
         self._sweep: list | None = None     # bucket keys compact() has yet to visit
+        self._cur: list | None = None       # [key, bucket, read, write] being compacted
 
     def add(self, job, when: int) -> None:
         """Make job due at `when` (rounded up to the bucket: never early)."""
@@ -95,30 +96,51 @@ class TimerWheel:
         return self.heap[0] * RESOLUTION_MS if self.heap else None
 
     def needs_compaction(self) -> bool:
-        return self._sweep is not None or \
+        return self._sweep is not None or self._cur is not None or \
             self.stale > self.entries - self.stale + COMPACT_SLACK
 
     def compact(self, budget: int = COMPACT_BUDGET) -> None:
-        """Drop stale entries from up to about `budget` entries' worth of buckets;
-        a sweep spans as many calls as it needs."""
+        """Drop stale entries, about `budget` entries per call: a sweep over
+        every bucket spans as many calls as it needs, a big bucket included
+        (compacted in place, live entries moved down, the tail cut when done)."""
         if self._sweep is None:
             self._sweep = list(self.buckets)
         sweep = self._sweep
         buckets = self.buckets
-        seen = 0
-        while sweep and seen < budget:
-            lst = buckets.get(sweep.pop())
-            if lst is None:
+        left = budget
+        while left > 0:
+            cur = self._cur
+            if cur is None:
+                if not sweep:
+                    self._sweep = None
+                    return
+                key = sweep.pop()
+                lst = buckets.get(key)
+                if lst is None:
+                    continue
+                cur = self._cur = [key, lst, 0, 0]
+            key, lst, r, w = cur
+            if buckets.get(key) is not lst:     # fired meanwhile: nothing to do
+                self._cur = None
                 continue
-            seen += len(lst)
-            kept = [j for j in lst if j.timer is lst]
-            if len(kept) != len(lst):
-                removed = len(lst) - len(kept)
-                lst[:] = kept           # in place: live jobs keep pointing at it
+            end = min(len(lst), r + left)
+            left -= end - r
+            while r < end:
+                job = lst[r]
+                if job.timer is lst:
+                    lst[w] = job
+                    w += 1
+                r += 1
+            if r >= len(lst):
+                removed = r - w
+                del lst[w:]
                 self.entries -= removed
                 self.stale = max(0, self.stale - removed)
-        if not sweep:
-            self._sweep = None
+                self._cur = None
+            else:
+                cur[2], cur[3] = r, w
+        # Entries between write and read are copies of moved ones, or stale:
+        # pop_due meets a moved job first and skips the copy.
 
     def clear(self) -> None:
         # Jobs point at their bucket and buckets hold jobs: break those cycles so
@@ -131,3 +153,4 @@ class TimerWheel:
         self.entries = 0
         self.stale = 0
         self._sweep = None
+        self._cur = None
