@@ -27,7 +27,7 @@ from broker.client import Client
 from broker.dispatch import F_DENYOOM, F_LOADING, F_NOAUTH, CommandError, dispatch_error
 from broker.job import ACKED, ACTIVE, B64_INDEX, FLAG_DELIVERED, SHARDS, Job, job_shard
 from broker.queue import PAUSED_OUT, Queue
-from broker.timers import RESOLUTION_MS as TIMER_RESOLUTION_MS, TimerWheel
+from broker.timers import COMPACT_SLACK, RESOLUTION_MS as TIMER_RESOLUTION_MS, TimerWheel
 from protocol.resp import NULL_ARRAY, Error, Status
 
 log = logging.getLogger("broker.node")
@@ -306,7 +306,7 @@ class Node:
                         self.internal_error(e, "the timer of job %r" % job.id)
                 else:
                     lifecycle.schedule(self, job)
-        if timers.needs_compaction():
+        if timers.needs_compaction() or timers.entries > 2 * self.job_count + COMPACT_SLACK:
             timers.compact()        # stale entries, a bounded slice per tick
         heap = self.block_heap
         while heap and heap[0][0] <= now:
