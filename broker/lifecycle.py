@@ -361,6 +361,8 @@ def expire(node, job: Job) -> None:
 def flush_all(node, record: bool = True) -> None:
     """DEBUG FLUSHALL, CLUSTER RESET HARD: drop every job and queue (queues with
     blocked clients stay, empty)."""
+    if node.cluster is not None:
+        node.cluster.jobs_flushed()     # pending ADDJOBs end with -NOREPL
     for shard in node.job_shards:
         shard.clear()
     node.job_count = 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 from broker import lifecycle
 from broker.job import ACKED, FLAG_DUMMY_ACK, id_is_at_least_once, ttl_from_id
 from broker.lifecycle import GC_FIRST_MS
+from cluster import replication
 from protocol import bus as B
 
 
@@ -114,6 +115,9 @@ def on_deljob(cluster, sender: str, jid, now: int) -> None:
     if job is not None:
         cluster.dummy_acks.pop(job.id, None)
         lifecycle.delete(node, job)
+    elif jid in cluster.pending:
+        # An ADDJOB of ours replicated externally (no copy here) ends too.
+        replication.abort(cluster, cluster.pending[jid], replication.NOREPL_REMOVED)
     cluster.tombstone(jid)
 
 

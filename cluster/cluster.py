@@ -103,9 +103,15 @@ class Cluster:
         a new id."""
         if hard:
             lifecycle.flush_all(self.node)
+        else:
+            replication.abort_all(self, replication.NOREPL_REMOVED)
+        self.pending.clear()            # ASYNC ones too: no peer left to confirm
         self._collect(self.m.reset(hard, now=now))
 
     def set_leaving(self, leaving: bool, now: int) -> None:
+        if leaving and not self.m.leaving:
+            # A leaving node holds no new copies: ADDJOBs waiting for theirs end.
+            replication.abort_all(self, replication.NOREPL_LEAVING)
         self._collect(self.m.set_leaving(leaving, now))
 
     def config_changed(self, name: str) -> None:
@@ -232,6 +238,11 @@ class Cluster:
     def job_deleted(self, job) -> None:
         if job.nodes_delivered:
             self.tombstone(job.id)
+        if self.pending:
+            replication.job_deleted(self, job)
+
+    def jobs_flushed(self) -> None:
+        replication.jobs_flushed(self)
 
     def tombstone(self, jid: bytes) -> None:
         t = self.tombstones
@@ -293,6 +304,10 @@ class Cluster:
         acks.ack_unknown_job(self, jid)
 
     def fastack(self, jid: bytes, job) -> None:
+        p = self.pending.get(jid)
+        if p is not None and p.external:
+            # No copy here to delete: the pending ADDJOB ends all the same.
+            replication.abort(self, p, replication.NOREPL_REMOVED)
         acks.fastack(self, jid, job)
 
     def need_jobs(self, q, count: int, now: int) -> None:

@@ -22,6 +22,13 @@ from protocol.resp import Error, Status
 WIDEN_EVERY_MS = 50
 NOREPL_TIMEOUT = Error("NOREPL Timeout reached before replicating to the requested "
                        "number of nodes")
+# Disque's words when a job waiting for its copies is deleted (TTL, DELJOB,
+# FASTACK, DEBUG FLUSHALL, CLUSTER RESET): the producer must never get the id.
+NOREPL_REMOVED = Error("NOREPL job removed (expired?) before the requested replication "
+                       "level was achieved")
+NOREPL_LEAVING = Error("NOREPL Not enough reachable nodes for the requested replication "
+                       "level, since I'm unable to hold a copy of the message for the "
+                       "following reason: I'm leaving the cluster")
 
 
 class PendingAdd:
@@ -79,6 +86,53 @@ def _achieved(cluster, p: PendingAdd, now: int) -> None:
         node.outbox.append((p.client, Status(job.id.decode())))
 
 
+def abort(cluster, p: PendingAdd, reply) -> None:
+    """End a pending ADDJOB before its copies are confirmed: the waiting client
+    gets `reply` (an error, never the id), the copies made are deleted (DELJOB,
+    best effort), and ours."""
+    job = p.job
+    node = cluster.node
+    cluster.pending.pop(job.id, None)
+    cluster.send_many(cluster.others_of(job), B.DELJOB, job.id)
+    if not p.external and node.is_registered(job):
+        lifecycle.delete(node, job)
+    if p.client is not None:
+        node.outbox.append((p.client, reply))
+
+
+def abort_all(cluster, reply) -> None:
+    """Every pending ADDJOB still waiting for its client (CLUSTER RESET, the node
+    starting to leave); ASYNC ones, answered already, are left to finish."""
+    for p in [p for p in cluster.pending.values() if p.client is not None]:
+        abort(cluster, p, reply)
+
+
+def job_deleted(cluster, job) -> None:
+    """Our copy of a job was deleted (TTL, DELJOB, FASTACK, ack GC...). If its
+    ADDJOB is still pending, it ends here: acked already, the job was accepted
+    (as Disque on SETACK); otherwise the client gets -NOREPL."""
+    p = cluster.pending.get(job.id)
+    if p is None or p.job is not job:
+        return
+    del cluster.pending[job.id]
+    if p.client is None:
+        return                          # ASYNC: answered at once
+    if job.state == ACKED:
+        cluster.node.outbox.append((p.client, Status(job.id.decode())))
+        return
+    cluster.send_many(cluster.others_of(job), B.DELJOB, job.id)
+    cluster.node.outbox.append((p.client, NOREPL_REMOVED))
+
+
+def jobs_flushed(cluster) -> None:
+    """DEBUG FLUSHALL, CLUSTER RESET HARD: every job goes, pending ones too."""
+    for p in list(cluster.pending.values()):
+        del cluster.pending[p.job.id]
+        if p.client is not None:
+            cluster.send_many(cluster.others_of(p.job), B.DELJOB, p.job.id)
+            cluster.node.outbox.append((p.client, NOREPL_REMOVED))
+
+
 def on_gotjob(cluster, sender: str, jid, now: int) -> None:
     p = cluster.pending.get(jid)
     if p is None or p.job.state == ACKED:
@@ -96,12 +150,16 @@ def tick(cluster, now: int) -> None:
     node = cluster.node
     for p in list(cluster.pending.values()):
         job = p.job
-        if job.state == ACKED or (not p.external and not node.is_registered(job)):
-            # A replica was delivered, processed and acked (or fast-acked) before
-            # we heard enough GOTJOBs: the job was accepted, say so.
+        if job.state == ACKED:
+            # A replica was delivered, processed and acked before we heard
+            # enough GOTJOBs: the job was accepted, say so.
             del cluster.pending[job.id]
             if p.client is not None:
                 node.outbox.append((p.client, Status(job.id.decode())))
+            continue
+        if job.etime <= now:
+            # Expired first (a copy held elsewhere only: ours expires by its timer).
+            abort(cluster, p, NOREPL_REMOVED)
             continue
         if p.deadline and now >= p.deadline:
             del cluster.pending[job.id]

@@ -67,6 +67,10 @@ class Workload:
         self.collected_at: dict[bytes, int] = {}
         self.violations: list = []
         self.crash_budget = 1 if faults else 0
+        # Short TTLs (their own stream: the main draws keep their scenarios): a
+        # job may expire while its ADDJOB still waits for copies, which must
+        # then answer -NOREPL, never the id (issue 16).
+        self.ttl_rng = random.Random(seed ^ 0x7711)
 
     # -- helpers --------------------------------------------------------------------
     def live(self, name: str):
@@ -109,7 +113,8 @@ class Workload:
         else:
             repl, retry = rng.randint(2, min(3, self.n)), rng.randint(1, 3)
         is_async = rng.random() < 0.15
-        args = ["ADDJOB", QUEUE, body, 1500, "REPLICATE", repl, "RETRY", retry, "TTL", 600]
+        ttl = self.ttl_rng.choice([600, 600, 600, 600, 1, 2])
+        args = ["ADDJOB", QUEUE, body, 1500, "REPLICATE", repl, "RETRY", retry, "TTL", ttl]
         if is_async:
             args.append("ASYNC")
         start = self.sim.now
@@ -126,7 +131,7 @@ class Workload:
                     self.violation(f"ADDJOB {jid!r} answered with {len(holders)} live copies "
                                    f"< REPLICATE {repl}")
                 self.produced[jid] = {"time": self.sim.now, "repl": repl, "retry": retry,
-                                      "holders": holders, "async": is_async}
+                                      "holders": holders, "async": is_async, "ttl": ttl}
 
         self.command(name, args, done)
 
@@ -264,8 +269,8 @@ class Workload:
         with the YOURJOBS message if that is lost, as in Disque. Under
         appendfsync always a crash loses no holder: every acknowledged job
         survives any crash."""
-        if p["async"] or p["retry"] == 0:
-            return False
+        if p["async"] or p["retry"] == 0 or p["ttl"] < 60:
+            return False                # (a short TTL may expire first, as it should)
         if self.fsync == "always":
             return True
         lost = sum(1 for h in p["holders"] if any(t >= p["time"] for t in self.crashed_at[h]))
