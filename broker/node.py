@@ -306,7 +306,7 @@ class Node:
                         self.internal_error(e, "the timer of job %r" % job.id)
                 else:
                     lifecycle.schedule(self, job)
-        if timers.needs_compaction() or timers.entries > 2 * self.job_count + COMPACT_SLACK:
+        if timers.entries > 2 * self.job_count + COMPACT_SLACK or timers.sweeping:
             timers.compact()        # stale entries, a bounded slice per tick
         heap = self.block_heap
         while heap and heap[0][0] <= now:

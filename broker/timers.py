@@ -95,6 +95,10 @@ class TimerWheel:
     def next_time(self):
         return self.heap[0] * RESOLUTION_MS if self.heap else None
 
+    @property
+    def sweeping(self) -> bool:
+        return self._sweep is not None or self._cur is not None
+
     def needs_compaction(self) -> bool:
         return self._sweep is not None or self._cur is not None or \
             self.stale > self.entries - self.stale + COMPACT_SLACK

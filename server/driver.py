@@ -40,10 +40,10 @@ log = logging.getLogger("server.driver")
 class OutputDriver:
     def __init__(self, node, cluster, *, bus=None, encode: bool = True, aof=None,
                  wake=None, arm_timer=None, save_nodes_conf=None, on_event=None) -> None:
-        """``bus``: ``send(node_id, ip, bus_port, frame_or_msg)`` and
+        """``bus``: ``send(node_id, ip, bus_port, frame)`` and
         ``drop_link(node_id, forget)`` (optionally ``cork``/``uncork``);
-        ``encode``: give the bus encoded frames (False: BusMessage objects, for
-        the simulator); ``aof``: the writer (``append(records)``, ``flush()``,
+        ``encode``: give the bus encoded frames (False: the Send outputs
+        themselves, ``bus.send_output(send)``: in-process nodes, the simulator); ``aof``: the writer (``append(records)``, ``flush()``,
         ``pending``), set later with ``set_aof``; ``wake()``: have ``flush``
         called soon; ``arm_timer(deadline_ms)``: have the timer input come then;
         ``save_nodes_conf(text)``; ``on_event(NodeEvent)``."""
@@ -173,6 +173,9 @@ class OutputDriver:
             self.send_cluster_outputs(self.cluster.drain())
 
     def send_cluster_outputs(self, outputs) -> None:
+        if not self.encode:
+            self._apply(outputs)
+            return
         bus = self.bus
         cork = getattr(bus, "cork", None)
         if cork is not None:
@@ -191,7 +194,7 @@ class OutputDriver:
                 if bus is None:
                     continue
                 if not self.encode:
-                    bus.send(out.node_id, out.ip, out.bus_port, out.msg)
+                    bus.send_output(out)        # the Send itself (in-process, simulator)
                     continue
                 frame = frames.get(id(out.msg))
                 if frame is None:

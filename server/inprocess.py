@@ -108,6 +108,9 @@ class InProcessNode:
     def __init__(self, config: Config | None = None, *, clock=None, rng=None,
                  membership: Membership | None = None, host: Host | None = None,
                  disk=None, bus=None, on_event=None, strict: bool = True) -> None:
+        """``bus``: where bus messages go: by default kept in ``self.sent``; an
+        object with ``send_output(send)`` gets the Send outputs; a real
+        ClusterBus (server/bus.py) gets encoded frames."""
         self.config = config if config is not None else Config()
         self.clock = clock if clock is not None else VirtualClock()
         rng = rng if rng is not None else random.Random(0)
@@ -121,15 +124,17 @@ class InProcessNode:
         self.cluster = Cluster(self.node, membership)
         self.sent: list = []            # bus messages, when no bus is given
         self.saved_nodes_conf = None
-        self.driver = OutputDriver(self.node, self.cluster, bus=bus or self, encode=False,
+        bus = bus if bus is not None else self
+        self.driver = OutputDriver(self.node, self.cluster, bus=bus,
+                                   encode=not hasattr(bus, "send_output"),
                                    save_nodes_conf=self._save_nodes_conf, on_event=on_event)
         self.disk = disk
         if disk is not None and self.config.appendonly:
             self.load_from(disk)
 
     # -- the bus, when the caller keeps what is sent ----------------------------
-    def send(self, node_id, ip, bus_port, msg) -> None:
-        self.sent.append((node_id, msg))
+    def send_output(self, out) -> None:
+        self.sent.append((out.node_id, out.msg))
 
     def drop_link(self, node_id, forget) -> None: ...
 

@@ -55,11 +55,10 @@ class BrokerSimNode(InProcessNode):
         return self.cluster.m.node_id
 
     # -- the driver's bus: messages go back to the simulator ---------------------
-    def send(self, node_id, ip, bus_port, msg) -> None:
-        aof = self.driver.aof
-        if aof is not None and self.sim is not None:
-            self._check_logged(msg, aof)
-        self.out.append(Send(node_id, ip, bus_port, msg))
+    def send_output(self, out: Send) -> None:
+        if self.driver.aof is not None and self.sim is not None:
+            self._check_logged(out.msg)
+        self.out.append(out)
 
     def drop_link(self, node_id, forget) -> None:
         self.out.append(DropLink(node_id, forget))
@@ -67,7 +66,7 @@ class BrokerSimNode(InProcessNode):
     def _save_nodes_conf(self, text: str) -> None:
         self.host.saved = text
 
-    def _check_logged(self, msg, aof) -> None:
+    def _check_logged(self, msg) -> None:
         if msg.type == B.GOTJOB:
             ids = [msg.payload]
         elif msg.type == B.BATCH:
