@@ -195,9 +195,15 @@ def add_dummy_ack(node, jid: bytes, ttl: int, now: int) -> Job:
 
 
 # -------------------------------------------------------------------- queues
+def can_queue(job: Job) -> bool:
+    """Not queued already, and not an at-most-once job already delivered."""
+    return job.state != QUEUED and not (job.retry == 0 and job.flags & FLAG_DELIVERED)
+
+
 def queue(node, job: Job, now: int) -> bool:
     """Put a job in its queue (Disque's queueJob). False if it is already queued,
-    or is an at-most-once job already delivered."""
+    or is an at-most-once job already delivered. The other holders hear of it
+    (QUEUED, with the counters: count a requeue before calling this)."""
     if job.state == QUEUED or (job.retry == 0 and job.flags & FLAG_DELIVERED):
         return False
     job.state = QUEUED
@@ -244,12 +250,14 @@ def enqueue_after_delay(node, job: Job, now: int) -> None:
 
 def requeue(node, job: Job, now: int, nack: bool) -> bool:
     """NACK (nacks + 1) or ENQUEUE (additional-deliveries + 1) of an active job."""
-    if job.state != ACTIVE or not queue(node, job, now):
+    if job.state != ACTIVE or not can_queue(job):
         return False
+    # Counted first: the QUEUED that queue() sends carries the new counters.
     if nack:
         job.nacks += 1
     else:
         job.additional_deliveries += 1
+    queue(node, job, now)
     schedule(node, job)
     return True
 
@@ -391,13 +399,15 @@ def process_due(node, job: Job, now: int) -> None:
                 # Paused in: no requeue; try again one retry period later.
                 job.requeue_time = now + max(job.retry, 1) * 1000
             else:
-                redelivery = job.flags & FLAG_DELIVERED
-                if cluster is not None:
-                    cluster.before_requeue(job)
-                if queue(node, job, now):
-                    if redelivery:
+                if can_queue(job):
+                    if job.flags & FLAG_DELIVERED:
+                        # Counted first: the QUEUED sent to the other holders
+                        # carries it (counters are the job's, not the copy's).
                         job.additional_deliveries += 1
                         node.stats["requeued_jobs"] += 1
+                    if cluster is not None:
+                        cluster.before_requeue(job)
+                    queue(node, job, now)
                 else:
                     job.requeue_time = 0    # at-most-once job already delivered
         elif cluster is not None and not job.flags & FLAG_BCAST_WILLQUEUE:

@@ -390,6 +390,12 @@ class Simulation:
 
     # -- inspection -------------------------------------------------------------------------
 
+    def in_flight(self):
+        """The messages on their way (scheduled, not delivered yet)."""
+        for ev in self._queue:
+            if ev[2] == _DELIVER:
+                yield ev[5][1]
+
     def digest(self) -> str:
         """A fingerprint of the whole run: equal seeds must give equal digests."""
         h = hashlib.sha256()

@@ -12,12 +12,15 @@ import random
 import traceback
 from dataclasses import dataclass, field
 
-from broker.job import ACKED, id_is_at_least_once
+from broker.job import ACKED, FLAG_DUMMY_ACK, id_is_at_least_once
 from cluster.sim import NetworkConfig, Simulation
 from server.sim_node import broker_factory
+from protocol import bus as B
 from protocol.resp import Error, Status
 
 QUEUE = b"q"
+# Messages that carry a job's counters (or ask for them: WILLQUEUE).
+COUNTER_MESSAGES = {B.REPLJOB, B.YOURJOBS, B.QUEUED, B.WILLQUEUE}
 
 
 @dataclass
@@ -29,6 +32,7 @@ class Report:
     distinct_delivered: int = 0
     at_least_once_redeliveries: int = 0
     duplicates: int = 0            # redeliveries not asked for (no NACK, no RETRY timeout)
+    moved_redeliveries: int = 0    # redelivered by another node than the previous delivery
     sim_time: int = 0
     persistence: str = "off"       # appendfsync policy of the run, or "off"
 
@@ -257,6 +261,34 @@ class Workload:
                     left[h.name] = jobs
         return left
 
+    def counters_in_flight(self, sim) -> bool:
+        for msg in sim.in_flight():
+            if msg.type == B.BATCH:
+                if any(t in COUNTER_MESSAGES for t in msg.payload[0::2]):
+                    return True
+            elif msg.type in COUNTER_MESSAGES:
+                return True
+        return False
+
+    def check_counters(self) -> None:
+        """Counters are a property of the job (issue 16): once no message that
+        carries them is on its way, every holder shows the same nacks and
+        additional-deliveries, whichever of them re-queued it (checked on runs
+        without message loss: a lost QUEUED is only made good by the next one)."""
+        if not self.sim.run_for(3000, until=lambda s: not self.counters_in_flight(s), poll=5):
+            return
+        copies: dict[bytes, list] = {}
+        for h in self.sim.hosts.values():
+            if h.alive:
+                for j in h.node.node.iter_jobs():
+                    if j.state != ACKED and not j.flags & FLAG_DUMMY_ACK:
+                        copies.setdefault(j.id, []).append(
+                            (h.name, j.nacks, j.additional_deliveries))
+        for jid, held in copies.items():
+            if len({c[1:] for c in held}) > 1:
+                self.violation(f"holders disagree on the counters of {jid!r} once quiet: "
+                               f"{held} (name, nacks, additional-deliveries)")
+
     def ack_lost(self, jid: bytes, name: str) -> bool:
         """Under everysec a crash of `name` after the ack may have lost it."""
         t = self.acked_at.get(jid)
@@ -304,6 +336,8 @@ class Workload:
             for _ in range(rng.randint(1, 4)):
                 sim.at(sim.now + rng.randint(0, self.chaos_ms), lambda s: self.fault())
         sim.run_for(self.chaos_ms + 500, until=self.observe, poll=100)
+        if not self.faults:
+            self.check_counters()
         # Heal everything and let the consumers ack whatever comes.
         self.final = True
         sim.heal()
@@ -337,11 +371,15 @@ class Workload:
                    persistence=self.fsync)
         seen: dict[bytes, int] = {}
         last: dict[bytes, int] = {}
-        for jid, t, _h in self.deliveries:
+        where: dict[bytes, str] = {}
+        for jid, t, h in self.deliveries:
             seen[jid] = seen.get(jid, 0) + 1
             if jid in last and self.unasked(jid, last[jid], t):
                 r.duplicates += 1
+            if jid in where and where[jid] != h:
+                r.moved_redeliveries += 1
             last[jid] = t
+            where[jid] = h
         r.distinct_delivered = len(seen)
         for jid, count in seen.items():
             p = self.produced.get(jid)
