@@ -102,33 +102,24 @@ class OutputDriver:
     # -------------------------------------------------------------------- inputs
     def tick(self) -> None:
         """The timer input."""
-        node = self.node
         self.timer_at = None
-        try:
-            node.tick()
-        except Exception as e:
-            node.internal_error(e, "tick")
-        self.after_input()
+        self._input("tick", self.node.tick)
 
     def bus_message(self, link, msg, now: int) -> None:
-        try:
-            self.cluster.handle_message(link, msg, now)
-        except Exception as e:
-            self.node.internal_error(e, "bus message %s" % msg.type_name)
-        self.after_input()
+        self._input("bus message %s" % msg.type_name, self.cluster.handle_message,
+                    link, msg, now)
 
     def link_up(self, node_id: str, now: int) -> None:
-        try:
-            self.cluster.link_up(node_id, now)
-        except Exception as e:
-            self.node.internal_error(e, "link up")
-        self.after_input()
+        self._input("link up", self.cluster.link_up, node_id, now)
 
     def link_down(self, node_id: str, now: int) -> None:
+        self._input("link down", self.cluster.link_down, node_id, now)
+
+    def _input(self, what: str, fn, *args) -> None:
         try:
-            self.cluster.link_down(node_id, now)
-        except Exception as e:
-            self.node.internal_error(e, "link down")
+            fn(*args)
+        except Exception as e:          # our bug: the node decides (raise or count)
+            self.node.internal_error(e, what)
         self.after_input()
 
     def after_input(self) -> None:

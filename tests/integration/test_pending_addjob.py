@@ -11,9 +11,8 @@ import time
 
 import pytest
 
-from tests.conftest import _FACTORIES
 from tests.harness import encode_command, module_factory
-from tests.integration.cluster_kit import Cluster, cmd, cont, stop, wait
+from tests.integration.cluster_kit import Cluster, cmd, cont, healed, stop, wait
 
 pytestmark = pytest.mark.xdist_group("pending_addjob")
 
@@ -36,11 +35,7 @@ def pair(pfactory) -> Cluster:
 
 @pytest.fixture
 def cl(request, pfactory, pair):
-    request.node.stash.setdefault(_FACTORIES, []).append(pfactory)
-    pair.heal()
-    yield pair
-    for n in pair:
-        cont(n)
+    yield from healed(request, pfactory, pair)
 
 
 @contextlib.contextmanager
