@@ -24,7 +24,6 @@ import asyncio
 import gc
 import logging
 import os
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -33,7 +32,7 @@ from broker import lifecycle
 from broker.dispatch import CommandError
 from broker.job import ACKED
 
-log = logging.getLogger("broker.aof")
+log = logging.getLogger("server.aof")
 
 LOAD_CHUNK = 1 << 20                    # bytes read per event-loop turn while loading
 REWRITE_SLICE = 0.004                   # seconds of rewrite work per event-loop turn

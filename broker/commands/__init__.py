@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from broker.dispatch import (  # noqa: F401  (the command modules import them from here)
     F_ADMIN, F_DENYOOM, F_FAST, F_LOADING, F_NOAUTH, F_WRITE, FLAG_NAMES, Command,
-    CommandError, dispatch_error,
+    CommandError,
 )
 from broker.job import BADID, valid_job_id
 

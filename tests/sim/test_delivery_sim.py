@@ -48,33 +48,28 @@ def test_a_seed_replays_identically():
 
 
 def test_without_faults_every_job_is_delivered_and_collected():
-    deliveries = duplicates = 0
+    """Also, without message loss (Workload.check_counters): every holder agrees
+    on nacks and additional-deliveries once no message carrying them is on its
+    way, whichever holder re-queued the job (issue 16) - often not the
+    consumer's node, which then gets it back through federation."""
+    deliveries = duplicates = moved = 0
     for seed in range(100):
         w = Workload(seed, faults=False)
         report = w.run()
         assert not report.violations, report.violations
         produced = {j for j, p in w.produced.items()}
         delivered = {d[0] for d in w.deliveries}
+        # (short-TTL jobs may expire first, as they should)
+        produced = {j for j in produced if w.produced[j]["ttl"] >= 60}
         assert produced <= delivered, f"seed={seed}: never delivered {produced - delivered}"
         deliveries += report.deliveries
         duplicates += report.duplicates
+        moved += report.moved_redeliveries
+    assert moved > 10, "the workload must re-deliver jobs from another node"
     # Holders that re-queue within the same few ms (their jitter draws collide)
     # both deliver: single delivery is best effort (SPEC section 8), but rare.
     print(f"duplicate delivery rate without faults: {duplicates / deliveries:.2%}")
     assert duplicates / deliveries < 0.02
-
-
-def test_every_holder_agrees_on_the_counters_once_quiet():
-    """Issue 16: nacks and additional-deliveries are the job's, not the copy's:
-    whichever holder re-queues it (often not the consumer's node: then
-    federation brings it back), every holder shows the same counters once no
-    message carrying them is on its way (Workload.check_counters)."""
-    moved = 0
-    for seed in range(200, 400):
-        report = Workload(seed, faults=False).run()
-        assert not report.violations, report.violations
-        moved += report.moved_redeliveries
-    assert moved > 20, "the workload must re-deliver jobs from another node"
 
 
 def test_duplicate_delivery_rate_is_reported():

@@ -256,7 +256,8 @@ class Workload:
                 jobs = [j.id for j in h.node.node.iter_jobs()
                         if not (j.retry == 0 and j.state != ACKED
                                 and (j.id not in self.acked or self.ack_lost(j.id, h.name))
-                                and any(d[0] == j.id for d in self.deliveries))]
+                                and (any(d[0] == j.id for d in self.deliveries)
+                                     or self.reloaded(j.id, h.name)))]
                 if jobs:
                     left[h.name] = jobs
         return left
@@ -288,6 +289,14 @@ class Workload:
             if len({c[1:] for c in held}) > 1:
                 self.violation(f"holders disagree on the counters of {jid!r} once quiet: "
                                f"{held} (name, nacks, additional-deliveries)")
+
+    def reloaded(self, jid: bytes, name: str) -> bool:
+        """Loaded from the AOF after a crash of `name`: a RETRY 0 job comes back
+        active and is never queued again by a load (SPEC section 7): it waits
+        for its TTL."""
+        p = self.produced.get(jid)
+        return (self.fsync != "off" and p is not None
+                and any(c >= p["time"] for c in self.crashed_at[name]))
 
     def ack_lost(self, jid: bytes, name: str) -> bool:
         """Under everysec a crash of `name` after the ack may have lost it."""
