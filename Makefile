@@ -17,6 +17,10 @@ PD_PINS := redis==4.6.0 pydisque==0.1.5 six==1.17.0
 # whether they are already there.
 DEB_PKGS := redis-tools redis-server
 DEB_BINS := redis-cli redis-benchmark redis-server
+# Tools the deploy checks (tests/deploy/) run, as binary=package; a package is
+# installed only when its binary is missing (kubectl may already come from a
+# package that Debian's kubernetes-client would conflict with).
+DEB_TOOLS := kubectl=kubernetes-client systemd-analyze=systemd shellcheck=shellcheck
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # --dist loadgroup: tests marked @pytest.mark.xdist_group("name") (e.g. the ones
@@ -45,11 +49,12 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 deps:
-	@missing=0; for b in $(DEB_BINS); do command -v $$b >/dev/null 2>&1 || missing=1; done; \
-	if [ $$missing = 1 ]; then \
-	  echo "installing Debian packages: $(DEB_PKGS)"; \
+	@pkgs=; for b in $(DEB_BINS); do command -v $$b >/dev/null 2>&1 || pkgs="$(DEB_PKGS)"; done; \
+	for t in $(DEB_TOOLS); do command -v $${t%%=*} >/dev/null 2>&1 || pkgs="$$pkgs $${t#*=}"; done; \
+	if [ -n "$$pkgs" ]; then \
+	  echo "installing Debian packages:$$pkgs"; \
 	  $(SUDO) apt-get update -q && \
-	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(DEB_PKGS); \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$pkgs; \
 	fi
 
 pydisque-venv: $(PD_VENV)/.installed
@@ -102,6 +107,7 @@ run: venv
 bench: deps venv
 	$(PY) bench/bench_single.py $(BENCH_ARGS)
 	$(PY) bench/bench_cluster.py $(BENCH_ARGS)
+	$(PY) bench/bench_sdk.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(RUN_DIR) .pytest_cache .hypothesis build dist *.egg-info

@@ -808,7 +808,7 @@ class Config:
         try:
             new = d.kind.parse(value, getattr(self, d.attr))
         except ValueError as e:
-            raise ConfigError(f"Invalid argument '{value}' for CONFIG SET '{d.name}' - {e}",
+            raise ConfigError(f"Invalid argument '{value}' for CONFIG SET '{name}' - {e}",
                               reason=str(e)) from None
         old = getattr(self, d.attr)
         setattr(self, d.attr, new)

@@ -29,6 +29,7 @@ FLAG_BCAST_WILLQUEUE = 1  # WILLQUEUE already sent for the current requeue time
 FLAG_DELIVERED = 2        # given to a client at least once (RETRY 0 eviction)
 FLAG_DUMMY_ACK = 4        # ack for an id we never held (ACKJOB of an unknown id)
 FLAG_BCAST_QUEUED = 8     # (cluster) we told holders we queued it
+FLAG_QUEUED_ONCE = 16     # queued here before: ENQUEUE again is an additional delivery
 
 BADID = "BADID Invalid Job ID format."
 

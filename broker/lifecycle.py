@@ -23,8 +23,8 @@ input leave.
 from __future__ import annotations
 
 from broker.job import (
-    ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_DUMMY_ACK, JOB_OVERHEAD,
-    QUEUED, WAIT_REPL, B64_INDEX, Job, job_from_fields, job_shard, make_job_id,
+    ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_DUMMY_ACK, FLAG_QUEUED_ONCE,
+    JOB_OVERHEAD, QUEUED, WAIT_REPL, B64_INDEX, Job, job_from_fields, job_shard, make_job_id,
 )
 from broker.queue import PAUSED_IN, PAUSED_OUT, Queue
 from broker.records import REC_ACK, REC_DEL, REC_DELIVERED, REC_FLUSHALL
@@ -207,6 +207,7 @@ def queue(node, job: Job, now: int) -> bool:
     if job.state == QUEUED or (job.retry == 0 and job.flags & FLAG_DELIVERED):
         return False
     job.state = QUEUED
+    job.flags |= FLAG_QUEUED_ONCE
     # The requeue time runs from the moment of queueing; the jitter is added at
     # delivery so that a burst of queued jobs shares one int.
     job.requeue_time = node.shared_time(now, job.retry) if job.retry else 0
@@ -249,13 +250,19 @@ def enqueue_after_delay(node, job: Job, now: int) -> None:
 
 
 def requeue(node, job: Job, now: int, nack: bool) -> bool:
-    """NACK (nacks + 1) or ENQUEUE (additional-deliveries + 1) of an active job."""
+    """NACK (nacks + 1) or ENQUEUE of an active job. As Disque: queueing a job
+    for the first time here (a DELAY job put in its queue early) is not an
+    additional delivery; a NACK always counts; an at-most-once job is queued
+    once at most, even if dequeued."""
     if job.state != ACTIVE or not can_queue(job):
+        return False
+    again = job.flags & FLAG_QUEUED_ONCE
+    if again and not job.retry:
         return False
     # Counted first: the QUEUED that queue() sends carries the new counters.
     if nack:
         job.nacks += 1
-    else:
+    elif again:
         job.additional_deliveries += 1
     queue(node, job, now)
     schedule(node, job)

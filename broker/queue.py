@@ -19,6 +19,7 @@ from sortedcontainers import SortedKeyList
 PAUSED_IN = 1
 PAUSED_OUT = 2
 PAUSE_NAMES = {0: b"none", PAUSED_IN: b"in", PAUSED_OUT: b"out", PAUSED_IN | PAUSED_OUT: b"all"}
+IMPORT_RATE_WINDOW_MS = 5000   # no import for this long: the import rate is 0
 
 _by_ctime = attrgetter("ctime")
 
@@ -170,9 +171,9 @@ class Queue:
         self.needjobs_bcast_attempt = 0
         self.needjobs_adhoc_attempt = 0
         self.needjobs_responders = None   # {node_id: last time it sent us jobs}
-        self.current_import_jobs_time = 0
+        self.current_import_jobs_time = now
         self.current_import_jobs_count = 0
-        self.prev_import_jobs_time = 0
+        self.prev_import_jobs_time = now
         self.prev_import_jobs_count = 0
 
     def __len__(self) -> int:
@@ -198,6 +199,25 @@ class Queue:
         if count >= 0:
             return list(islice(jobs, count))
         return list(islice(jobs.newest_first(), -count))
+
+    # Import rate (jobs received from other nodes because we asked for them),
+    # kept and computed as Disque's updateQueueImportRate/getQueueImportRate:
+    # two counters of about a second each, zero 5 s after the current one began.
+    def count_imports(self, n: int, now: int) -> None:
+        if now - self.current_import_jobs_time > 1000:
+            self.prev_import_jobs_time = self.current_import_jobs_time
+            self.prev_import_jobs_count = self.current_import_jobs_count
+            self.current_import_jobs_time = now
+            self.current_import_jobs_count = 0
+        self.current_import_jobs_count += n
+
+    def import_rate(self, now: int) -> int:
+        """Jobs imported per second, rounded up (QSTAT import-rate, QSCAN IMPORTRATE)."""
+        if now - self.current_import_jobs_time > IMPORT_RATE_WINDOW_MS:
+            return 0
+        jobs = self.prev_import_jobs_count + self.current_import_jobs_count
+        elapsed = max(now - self.prev_import_jobs_time, 50)   # never overestimate
+        return -(-jobs * 1000 // elapsed)
 
     @property
     def pause_name(self) -> bytes:

@@ -141,13 +141,7 @@ def on_yourjobs(cluster, sender: str, jobs, now: int) -> None:
             q.needjobs_responders = {}
         q.needjobs_responders[sender] = now
         q.needjobs_adhoc_attempt = 0
-        second = now // 1000
-        if q.current_import_jobs_time // 1000 != second:
-            q.prev_import_jobs_time = q.current_import_jobs_time
-            q.prev_import_jobs_count = q.current_import_jobs_count
-            q.current_import_jobs_time = now
-            q.current_import_jobs_count = 0
-        q.current_import_jobs_count += imported
+        q.count_imports(imported, now)
 
 
 def on_pause(cluster, sender: str, payload, now: int) -> None:

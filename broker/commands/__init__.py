@@ -11,6 +11,8 @@ this package registers every family (the imports at the end).
 
 from __future__ import annotations
 
+import re
+
 from broker.dispatch import (  # noqa: F401  (the command modules import them from here)
     F_ADMIN, F_DENYOOM, F_FAST, F_LOADING, F_NOAUTH, F_WRITE, FLAG_NAMES, Command,
     CommandError,
@@ -36,13 +38,24 @@ def command(name: str, arity: int, flags: int = 0):
 SYNTAX_ERROR = "ERR syntax error"
 
 
+# Disque reads integers with strtoll/strtoul: an optional sign and decimal
+# digits, nothing else ("+5" and "05" are 5, "" is 0); they stop at a NUL byte.
+_C_INTEGER = re.compile(rb"(?:[+-]?[0-9]+)?\Z")
+
+
+def c_integer(arg: bytes) -> int | None:
+    """The value strtoll/strtoul give an argument Disque accepts, else None."""
+    if b"\0" in arg:
+        arg = arg[:arg.index(b"\0")]
+    if not _C_INTEGER.match(arg):
+        return None
+    return int(arg) if arg else 0
+
+
 def parse_int(arg: bytes, message: str = "ERR value is not an integer or out of range") -> int:
-    """Redis string2ll: canonical decimal only (no spaces, '+', '_' or leading zeros)."""
-    try:
-        n = int(arg)
-    except ValueError:
-        raise CommandError(message) from None
-    if b"%d" % n != arg or not -(1 << 63) <= n < (1 << 63):
+    """An integer argument as Disque reads it (getLongLongFromObject)."""
+    n = c_integer(arg)
+    if n is None or not -(1 << 63) <= n < (1 << 63):
         raise CommandError(message)
     return n
 

@@ -25,14 +25,18 @@ def cluster_cmd(node, client, argv):
     n = len(argv)
     now = node.clock()
     try:
-        if sub == b"meet" and n in (4, 5):
-            port = parse_int(argv[3], "ERR Invalid TCP port specified")
-            bus = parse_int(argv[4], "ERR Invalid bus port specified") if n == 5 \
+        if sub == b"meet" and n in (4, 5):     # (the bus port argument is an extension)
+            text = [a.decode("latin-1") for a in argv[2:]]
+            port = parse_int(argv[3], f"ERR Invalid TCP port specified: {text[1]}")
+            bus = parse_int(argv[4], f"ERR Invalid bus port specified: {text[2]}") if n == 5 \
                 else port + BUS_PORT_OFFSET
+            bad_address = CommandError(f"ERR Invalid node address specified: {text[0]}:{text[1]}")
             if not 0 < port < 65536 or not 0 < bus < 65536:
-                raise CommandError(f"ERR Invalid node address specified: "
-                                   f"{argv[2].decode('latin-1')}:{port}")
-            c.meet(argv[2].decode("latin-1"), bus, now)
+                raise bad_address
+            try:
+                c.meet(text[0], bus, now)
+            except MembershipError:
+                raise bad_address from None
             return OK
         if sub == b"nodes" and n == 2:
             return ("\n".join(m.nodes_lines()) + "\n").encode()
@@ -42,6 +46,8 @@ def cluster_cmd(node, client, argv):
             info = m.cluster_info()
             return "".join(f"{k}:{v}\r\n" for k, v in info.items()).encode()
         if sub == b"forget" and n == 3:
+            if len(argv[2]) != 40:
+                raise CommandError("ERR Invalid node identifier")
             c.forget(argv[2].decode("latin-1"), now)
             return OK
         if sub == b"reset" and n in (2, 3):
@@ -55,7 +61,7 @@ def cluster_cmd(node, client, argv):
                 return Status("yes" if node.leaving else "no")
             value = argv[2].lower()
             if value not in (b"yes", b"no"):
-                raise CommandError(SYNTAX_ERROR)
+                raise CommandError("ERR Wrong argument for CLUSTER LEAVING. Use 'yes' or 'no'")
             c.set_leaving(value == b"yes", now)
             return OK
         if sub == b"saveconfig" and n == 2:
@@ -63,5 +69,4 @@ def cluster_cmd(node, client, argv):
             return OK
     except MembershipError as e:
         return Error(f"ERR {e}")
-    raise CommandError(f"ERR unknown subcommand or wrong number of arguments for "
-                       f"'{argv[1].decode('latin-1')}'. Try CLUSTER HELP.")
+    raise CommandError("ERR Wrong CLUSTER subcommand or number of arguments")

@@ -12,6 +12,9 @@ from protocol.resp import OK, Error, Map, Status
 VERSION = "0.1.0"
 PONG = Status("PONG")
 WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
+# Disque's answer to a CLIENT call it does not know (ours knows a few more).
+CLIENT_SYNTAX = ("ERR Syntax error, try CLIENT (LIST | KILL ip:port | GETNAME | "
+                 "SETNAME connection-name)")
 
 
 def advertised_address(node) -> tuple[str, int]:
@@ -38,8 +41,16 @@ def auth(node, client, argv):
     """AUTH [username] password"""
     if len(argv) > 3:
         raise CommandError(SYNTAX_ERROR)
-    user = argv[1] if len(argv) == 3 else b"default"
-    _check_password(node, client, user, argv[-1])
+    if len(argv) == 2:
+        # Disque's AUTH password, with Disque's answers.
+        required = node.config.requirepass
+        if not required:
+            raise CommandError("ERR Client sent AUTH, but no password is set")
+        client.authenticated = hmac.compare_digest(argv[1], required.encode())
+        if not client.authenticated:
+            raise CommandError("ERR invalid password")
+        return OK
+    _check_password(node, client, argv[1], argv[2])     # (ext) Redis 6 AUTH user pass
     return OK
 
 
@@ -168,21 +179,21 @@ def client_cmd(node, client, argv):
         if n >= 4 and argv[2].lower() == b"id":
             ids = {parse_int(a) for a in argv[3:]}
         elif n == 4 and argv[2].lower() == b"type":
-            if argv[3].lower() not in (b"normal", b"master", b"replica", b"pubsub"):
-                raise CommandError(f"ERR Unknown client type '{argv[3].decode('latin-1')}'")
+            _client_type(argv[3])
         elif n != 2:
-            raise CommandError(SYNTAX_ERROR)
+            raise CommandError(CLIENT_SYNTAX)
         now = node.clock()
         return b"".join(client_info_line(node, c, now) + b"\n"
                         for c in node.clients.values() if ids is None or c.id in ids)
-    if sub == b"kill" and n >= 3:
+    if sub == b"kill":
+        if n == 2:
+            raise CommandError(SYNTAX_ERROR)
         return _client_kill(node, client, argv)
     if sub == b"help":
         return [b"CLIENT <subcommand> [<arg> ...]. Subcommands are:",
                 b"ID, GETNAME, SETNAME <name>, SETINFO <lib-name|lib-ver> <value>, INFO,",
                 b"LIST [TYPE normal|ID id ...], KILL <ip:port> | KILL <filter> <value> ..."]
-    raise CommandError(f"ERR unknown subcommand or wrong number of arguments for "
-                       f"'{argv[1].decode('latin-1')}'. Try CLIENT HELP.")
+    raise CommandError(CLIENT_SYNTAX)
 
 
 def _client_kill(node, client, argv):
@@ -209,7 +220,7 @@ def _client_kill(node, client, argv):
                 raise CommandError(SYNTAX_ERROR)
             skipme = value.lower() == b"yes"
         elif key == b"type":
-            filters["type"] = value.lower()
+            filters["type"] = _client_type(value)
         else:
             raise CommandError(SYNTAX_ERROR)
     killed = 0
@@ -229,6 +240,13 @@ def _client_kill(node, client, argv):
         _kill(node, client, c)
         killed += 1
     return killed
+
+
+def _client_type(name: bytes) -> bytes:
+    """A client type name (LIST TYPE, KILL TYPE): every client here is "normal"."""
+    if name.lower() not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
+        raise CommandError(f"ERR Unknown client type '{name.decode('latin-1')}'")
+    return name.lower()
 
 
 def _kill(node, me, victim) -> None:

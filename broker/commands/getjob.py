@@ -8,7 +8,7 @@ from broker.node import BLOCKED, job_reply
 from broker.queue import PAUSED_OUT
 from protocol.resp import NULL_ARRAY, Error
 
-LEAVING = Error("LEAVING Please use a different node")
+LEAVING = Error("LEAVING This node is leaving the cluster, please connect to a different one")
 # Option names as clients send them (lower or upper case) -> lower case, so
 # the usual call needs no lower() per option.
 _OPTIONS = {o: o for o in b"from nohang withcounters timeout count".split()}
@@ -48,17 +48,21 @@ def getjob(node, client, argv):
     if not names:
         raise CommandError(SYNTAX_ERROR)
 
+    # As Disque, a queue we looked in for a job and that does not exist is
+    # created (it then shows in QSTAT/QSCAN until the idle queue GC).
     queues = node.queues
     if count == 1:
         # The usual call: one job, from the first queue that has one.
         for name in names:
             q = queues.get(name)
-            if q is not None and q.jobs.size and not q.flags & PAUSED_OUT:
+            if q is None:
+                node.get_queue(name, create=True)
+            elif q.jobs.size and not q.flags & PAUSED_OUT:
                 return [job_reply(lifecycle.deliver(node, q, node.clock()), withcounters)]
         found = None
     else:
-        found = [q for q in map(queues.get, names) if q is not None and q.jobs.size
-                 and not q.flags & PAUSED_OUT]
+        found = [q for q in (queues.get(n) or node.get_queue(n, create=True) for n in names)
+                 if q.jobs.size and not q.flags & PAUSED_OUT]
     if found:
         # Round robin over the queues, one job each per pass, until COUNT.
         now = node.clock()

@@ -7,11 +7,18 @@ from broker.commands import (
     parse_job_ids, parse_timeout_ms,
 )
 from broker import lifecycle
-from broker.job import BADID, DEFAULT_RETRY_MAX, DEFAULT_TTL, WAIT_REPL, valid_job_id
+from broker.job import (
+    ACKED, BADID, DEFAULT_RETRY_MAX, DEFAULT_TTL, FLAG_DUMMY_ACK, WAIT_REPL, valid_job_id,
+)
 from broker.queue import PAUSED_IN
 from protocol.resp import Error, Status
 
 NOREPL_NODES = Error("NOREPL Not enough reachable nodes for the requested replication level")
+ERR_REPLICATE = "ERR REPLICATE must be between 1 and 65535"
+ERR_TTL = "ERR TTL must be a number > 0"
+ERR_RETRY = "ERR RETRY time must be a non negative number"
+ERR_DELAY = "ERR DELAY time must be a non negative number"
+ERR_MAXLEN = "ERR MAXLEN must be a positive number"
 
 
 @command("addjob", -4, F_DENYOOM | F_WRITE)
@@ -27,30 +34,31 @@ def addjob(node, client, argv):
     while i < argc:
         opt = argv[i].lower()
         last = i == argc - 1
+        # Disque's texts, for a value out of range or not a number alike.
         if opt == b"replicate" and not last:
-            replicate = parse_int(argv[i + 1])
+            replicate = parse_int(argv[i + 1], ERR_REPLICATE)
             if replicate <= 0 or replicate > 65535:
-                raise CommandError("ERR REPLICATE must be between 1 and 65535")
+                raise CommandError(ERR_REPLICATE)
             i += 1
         elif opt == b"ttl" and not last:
-            ttl = parse_int(argv[i + 1])
+            ttl = parse_int(argv[i + 1], ERR_TTL)
             if ttl <= 0:
-                raise CommandError("ERR TTL must be greater than zero")
+                raise CommandError(ERR_TTL)
             i += 1
         elif opt == b"retry" and not last:
-            retry = parse_int(argv[i + 1])
+            retry = parse_int(argv[i + 1], ERR_RETRY)
             if retry < 0:
-                raise CommandError("ERR RETRY time must be non negative")
+                raise CommandError(ERR_RETRY)
             i += 1
         elif opt == b"delay" and not last:
-            delay = parse_int(argv[i + 1])
+            delay = parse_int(argv[i + 1], ERR_DELAY)
             if delay < 0:
-                raise CommandError("ERR DELAY time can't be negative")
+                raise CommandError(ERR_DELAY)
             i += 1
         elif opt == b"maxlen" and not last:
-            maxlen = parse_int(argv[i + 1])
+            maxlen = parse_int(argv[i + 1], ERR_MAXLEN)
             if maxlen <= 0:
-                raise CommandError("ERR MAXLEN must be positive")
+                raise CommandError(ERR_MAXLEN)
             i += 1
         elif opt == b"async":
             is_async = True
@@ -65,24 +73,31 @@ def addjob(node, client, argv):
     if replicate == 0:
         replicate = min(3, reachable)
     if replicate > 1 and retry == 0:
-        raise CommandError("ERR With RETRY set to 0 please explicitly set "
+        # (sic: two spaces, as Disque writes it)
+        raise CommandError("ERR With RETRY set to 0 please explicitly set  "
                            "REPLICATE to 1 (at-most-once delivery)")
     if delay >= ttl:
-        raise CommandError("ERR The specified DELAY is greater than or equal to the job TTL")
+        raise CommandError("ERR The specified DELAY is greater than TTL. Job refused "
+                           "since would never be delivered")
 
     # Leaving, or over 75% of maxmemory, we keep no local copy (SPEC sections 6, 8);
     # for memory only when another node can hold it: a lone node keeps it until OOM.
     external = node.leaving or (reachable > 1 and node.memory_level() >= 1)
     if replicate > (reachable - 1 if external else reachable):
+        if external and replicate == reachable:
+            # One more node would do, but we may not keep a copy: say why.
+            return Error(NOREPL_NODES + ", since I'm unable to hold a copy of the message "
+                         "for the following reason: " + ("I'm leaving the cluster"
+                                                        if node.leaving else "I'm out of memory"))
         return NOREPL_NODES
 
     qname = argv[1]
     q = node.queues.get(qname)
     if q is not None:
-        if q.flags & PAUSED_IN:
-            return Error("PAUSED Queue paused in input, try later")
         if maxlen and len(q.jobs) >= maxlen:
             return Error("MAXLEN Queue is already longer than the specified MAXLEN count")
+        if q.flags & PAUSED_IN:
+            return Error("PAUSED Queue paused in input, try later")
         qname = q.name      # one bytes object for the queue's name, not one per job
 
     now = node.clock()
@@ -110,9 +125,18 @@ def show(node, client, argv):
 def show_fields(node, job, now: int) -> list:
     """SHOW's flat field/value array (also JSCAN REPLY all)."""
     me = node.myself_id.encode()
-    delivered = sorted(n.encode() for n in job.nodes_delivered) if job.nodes_delivered else [me]
-    confirmed = sorted(n.encode() for n in job.nodes_confirmed) if job.nodes_confirmed else (
-        [me] if job.state != WAIT_REPL else [])
+    if job.nodes_delivered:
+        delivered = sorted(n.encode() for n in job.nodes_delivered)
+    else:   # a lone copy here, or a dummy ack (Disque lists no node for it)
+        delivered = [] if job.flags & FLAG_DUMMY_ACK else [me]
+    # As Disque: the nodes that confirmed the copy while it waits for replication,
+    # or the ack (this node first) while the acked job is collected; else none.
+    if job.state == WAIT_REPL:
+        confirmed = sorted(n.encode() for n in job.nodes_confirmed or ())
+    elif job.state == ACKED and not job.flags & FLAG_DUMMY_ACK:
+        confirmed = sorted({me, *(n.encode() for n in job.nodes_confirmed or ())})
+    else:
+        confirmed = []
     awake = lifecycle.wake_time(job)
     return [
         b"id", job.id,
@@ -127,16 +151,16 @@ def show_fields(node, job, now: int) -> list:
         b"additional-deliveries", job.additional_deliveries,
         b"nodes-delivered", delivered,
         b"nodes-confirmed", confirmed,
-        b"next-requeue-within", job.requeue_time - now if job.requeue_time and job.state != 3
-        else None,
-        b"next-awake-within", awake - now if awake else None,
+        b"next-requeue-within", max(job.requeue_time - now, 0)
+        if job.requeue_time and job.state != ACKED else None,
+        b"next-awake-within", max(awake - now, 0) if awake else None,
         b"body", job.body,
     ]
 
 
-@command("deljob", -2, F_WRITE | F_FAST)
+@command("deljob", -1, F_WRITE | F_FAST)
 def deljob(node, client, argv):
-    """DELJOB job-id [job-id ...]: evict jobs from this node only."""
+    """DELJOB [job-id ...]: evict jobs from this node only."""
     evicted = 0
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)
@@ -144,3 +168,9 @@ def deljob(node, client, argv):
             lifecycle.delete(node, job)
             evicted += 1
     return evicted
+
+
+@command("loadjob", 2, F_WRITE)
+def loadjob(node, client, argv):
+    """LOADJOB serialized-job: only in the AOF (as Disque, which logs jobs this way)."""
+    return Error("ERR LOADJOB is a special command only processed from AOF")

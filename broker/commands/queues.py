@@ -5,7 +5,7 @@ from __future__ import annotations
 from broker.commands import F_FAST, SYNTAX_ERROR, CommandError, command, parse_int
 from broker.node import job_reply
 from broker.queue import PAUSED_IN, PAUSED_OUT, Queue
-from protocol.resp import Status
+from protocol.resp import NULL_ARRAY, Status
 
 
 @command("qlen", 2, F_FAST)
@@ -25,21 +25,12 @@ def qpeek(node, client, argv):
     return [job_reply(j) for j in q.peek(count)]
 
 
-def import_rate(q, now: int) -> int:
-    """Jobs imported per second by federation, over the last two seconds."""
-    if now // 1000 - q.current_import_jobs_time // 1000 > 1:
-        return 0
-    if q.current_import_jobs_time // 1000 == now // 1000:
-        return q.prev_import_jobs_count
-    return q.current_import_jobs_count
-
-
 @command("qstat", 2)
 def qstat(node, client, argv):
     """QSTAT queue"""
     q = node.queues.get(argv[1])
     if q is None:
-        return None
+        return NULL_ARRAY
     now = node.clock()
     responders = sorted(n.encode() for n in q.needjobs_responders) if q.needjobs_responders else []
     return [
@@ -49,7 +40,7 @@ def qstat(node, client, argv):
         b"idle", (now - q.atime) // 1000,
         b"blocked", len(q.blocked),
         b"import-from", responders,
-        b"import-rate", import_rate(q, now),
+        b"import-rate", q.import_rate(now),
         b"jobs-in", q.jobs_in,
         b"jobs-out", q.jobs_out,
         b"pause", q.pause_name,

@@ -10,22 +10,21 @@ from __future__ import annotations
 
 import zlib
 
-from broker.commands import SYNTAX_ERROR, CommandError, command, parse_int
+from broker.commands import SYNTAX_ERROR, CommandError, c_integer, command, parse_int
 from broker.commands.jobs import show_fields
-from broker.commands.queues import import_rate
 from broker.job import FLAG_DUMMY_ACK, SHARDS, STATE_BY_NAME
+from protocol.resp import Status
 
-DEFAULT_COUNT = 10
+DEFAULT_COUNT = 100     # Disque's QSCAN_DEFAULT_COUNT / JSCAN_DEFAULT_COUNT
 
 
 def _parse_cursor(arg: bytes) -> int:
-    """A cursor argument: a decimal shard number, 0 <= cursor < SHARDS."""
-    if not arg.isdigit():
-        raise CommandError("ERR invalid cursor")
-    cursor = int(arg)
-    if cursor >= SHARDS:
-        raise CommandError("ERR invalid cursor")
-    return cursor
+    """A cursor as Disque's parseScanCursorOrReply reads it (strtoul: "-1" is the
+    largest unsigned long), masked to a shard as dictScan masks it to a bucket."""
+    n = c_integer(arg)
+    if n is None or abs(n) >= 1 << 64:
+        raise CommandError("ERR invalid cursor or option name")
+    return n % SHARDS
 
 
 def _walk(shards_items, cursor: int, count: int, busyloop: bool):
@@ -55,8 +54,8 @@ def _parse_scan_args(argv: list, options: dict) -> tuple[int, int, bool, dict]:
             busyloop = True
         elif opt == b"count" and has_value:
             count = parse_int(argv[i + 1])
-            if count <= 0:
-                raise CommandError("ERR COUNT must be greater than zero")
+            if count < 0:
+                count = 1 << 64     # as Disque, which compares it as an unsigned long
             i += 1
         elif opt in options and has_value:
             values.setdefault(opt, []).append(options[opt](argv[i + 1]))
@@ -80,7 +79,7 @@ def _state(arg: bytes) -> int:
 def _reply_kind(arg: bytes) -> bool:
     kind = arg.lower()
     if kind not in (b"id", b"all"):
-        raise CommandError("ERR REPLY option must be 'all' or 'id'")
+        raise CommandError("ERR Invalid REPLY type, try ID or ALL")
     return kind == b"all"
 
 
@@ -89,16 +88,17 @@ def qscan(node, client, argv):
     """QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE r]"""
     cursor, count, busyloop, opts = _parse_scan_args(
         argv, {b"minlen": parse_int, b"maxlen": parse_int, b"importrate": parse_int})
-    minlen = opts.get(b"minlen", [0])[-1]
-    maxlen = opts.get(b"maxlen", [0])[-1]
-    minrate = opts.get(b"importrate", [0])[-1]
+    # As Disque, -1 (the default) means no filter; MAXLEN 0 keeps empty queues only.
+    minlen = opts.get(b"minlen", [-1])[-1]
+    maxlen = opts.get(b"maxlen", [-1])[-1]
+    minrate = opts.get(b"importrate", [-1])[-1]
     now = node.clock()
     by_shard: dict[int, list] = {}
     for name, q in node.queues.items():
         n = len(q.jobs)
-        if n < minlen or (maxlen and n > maxlen):
+        if (minlen != -1 and n < minlen) or (maxlen != -1 and n > maxlen):
             continue
-        if minrate and import_rate(q, now) < minrate:
+        if minrate != -1 and q.import_rate(now) < minrate:
             continue
         by_shard.setdefault(zlib.crc32(name) % SHARDS, []).append(name)
     nxt, names = _walk(lambda s: by_shard.get(s, ()), cursor, count, busyloop)
@@ -123,7 +123,8 @@ def jscan(node, client, argv):
                 continue
             if states and job.state not in states:
                 continue
-            yield show_fields(node, job, now) if reply_all else job.id
+            # Disque answers the ids as status replies.
+            yield show_fields(node, job, now) if reply_all else Status(job.id.decode())
 
     nxt, found = _walk(lambda s: list(items(s)), cursor, count, busyloop)
     return [b"%d" % nxt, found]

@@ -4,6 +4,7 @@ BGREWRITEAOF."""
 from __future__ import annotations
 
 import platform
+import re
 import sys
 
 from broker import lifecycle
@@ -13,7 +14,7 @@ from broker.commands import (
 )
 from broker.commands.connection import VERSION
 from broker.config import ConfigError, format_memory
-from protocol.resp import OK, Error, Map, Status
+from protocol.resp import OK, Error, Map, Status, Verbatim
 
 
 @command("time", 1, F_LOADING)
@@ -135,9 +136,10 @@ def info(node, client, argv):
             out.append("")
         out.append("# " + name.capitalize())
         out.extend(f"{k}:{v}" for k, v in INFO_SECTIONS[name](node, now))
+    # A bulk string under RESP2, verbatim text ("=", "txt:") under RESP3 as Redis 7.
     if not out:  # only unknown sections: an empty string, as Redis
-        return b""
-    return ("\r\n".join(out) + "\r\n").encode()
+        return Verbatim("")
+    return Verbatim("\r\n".join(out) + "\r\n")
 
 
 # --------------------------------------------------------------------- CONFIG
@@ -146,6 +148,12 @@ def config(node, client, argv):
     """CONFIG GET pattern | SET directive value | REWRITE | RESETSTAT"""
     sub = argv[1].lower()
     cfg = node.config
+    n = len(argv)
+    arity = {b"get": 3, b"rewrite": 2, b"resetstat": 2}.get(sub)
+    # (several directive/value pairs in one SET are an extension)
+    if (arity and n != arity) or (sub == b"set" and (n < 4 or n % 2)):
+        raise CommandError(f"ERR Wrong number of arguments for CONFIG "
+                           f"{argv[1].decode('latin-1')}")
     if sub == b"get" and len(argv) == 3:
         pairs = cfg.get(argv[2].decode("latin-1"))
         out = []
@@ -156,7 +164,7 @@ def config(node, client, argv):
     if sub == b"set" and len(argv) >= 4 and len(argv) % 2 == 0:
         try:
             for i in range(2, len(argv), 2):
-                name = argv[i].decode("latin-1").lower()
+                name = argv[i].decode("latin-1")     # errors quote it as given
                 cfg.set(name, argv[i + 1].decode("latin-1"))
         except ConfigError as e:
             msg = str(e)
@@ -168,42 +176,45 @@ def config(node, client, argv):
         try:
             node.host.rewrite_config()
         except OSError as e:
-            return Error(f"ERR Rewriting config file: {e}")
+            return Error(f"ERR Rewriting config file: {e.strerror or e}")
         return OK
     if sub == b"resetstat" and len(argv) == 2:
         for k in node.stats:
             node.stats[k] = 0
         node.cmdstats.clear()
         return OK
-    raise CommandError(f"ERR unknown subcommand or wrong number of arguments for "
-                       f"'{argv[1].decode('latin-1')}'. Try CONFIG HELP.")
+    raise CommandError("ERR CONFIG subcommand must be one of GET, SET, RESETSTAT, REWRITE")
 
 
 # ---------------------------------------------------------------------- DEBUG
+_LEADING_FLOAT = re.compile(rb"\s*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 @command("debug", -2, F_ADMIN | F_LOADING)
 def debug(node, client, argv):
-    """DEBUG FLUSHALL | SLEEP seconds | LOADAOF | SEGFAULT | RESTART"""
+    """DEBUG FLUSHALL | SLEEP seconds | ERROR text | LOADAOF | SEGFAULT | RESTART"""
     sub = argv[1].lower()
     if sub == b"flushall":
         lifecycle.flush_all(node)
         return OK
     if sub == b"sleep" and len(argv) == 3:
-        try:
-            seconds = float(argv[2])
-        except ValueError:
-            raise CommandError("ERR value is not a valid float") from None
-        node.host.sleep(seconds)
+        # strtod as Disque calls it: the leading number, 0 if there is none.
+        m = _LEADING_FLOAT.match(argv[2])
+        node.host.sleep(max(float(m.group()), 0.0) if m else 0.0)
         return OK
     if sub == b"loadaof":
         node.host.debug_loadaof()
         return OK
+    if sub == b"error" and len(argv) == 3:
+        return Error(argv[2].decode("utf-8", "replace"))    # the text as an error reply
     if sub == b"segfault":
         node.host.crash()
         return OK
     if sub == b"restart":
         node.host.restart()
         return OK
-    raise CommandError(SYNTAX_ERROR)
+    raise CommandError(f"ERR Unknown DEBUG subcommand or wrong number of arguments for "
+                       f"'{argv[1].decode('latin-1')}'")
 
 
 # --------------------------------------------------------------------- COMMAND
@@ -276,13 +287,14 @@ def monitor(node, client, argv):
 def slowlog(node, client, argv):
     """SLOWLOG GET [count] | LEN | RESET"""
     sub = argv[1].lower()
-    if sub == b"get":
-        count = parse_int(argv[2]) if len(argv) > 2 else 10
+    n = len(argv)
+    if sub == b"get" and n in (2, 3):
+        count = parse_int(argv[2]) if n == 3 else 10
         entries = node.slowlog if count < 0 else node.slowlog[:count]
         return [list(e) for e in entries]
-    if sub == b"len":
+    if sub == b"len" and n == 2:
         return len(node.slowlog)
-    if sub == b"reset":
+    if sub == b"reset" and n == 2:
         node.slowlog.clear()
         return OK
-    raise CommandError(SYNTAX_ERROR)
+    raise CommandError("ERR Unknown SLOWLOG subcommand or wrong # of args. Try GET, RESET, LEN.")

@@ -8,9 +8,9 @@ from broker.job import ACKED, BADID, QUEUED, valid_job_id
 from protocol.resp import Error
 
 
-@command("ackjob", -2, F_WRITE | F_FAST)
+@command("ackjob", -1, F_WRITE | F_FAST)
 def ackjob(node, client, argv):
-    """ACKJOB job-id [job-id ...]: the jobs were processed; start the ack GC."""
+    """ACKJOB [job-id ...]: the jobs were processed; start the ack GC."""
     known = 0
     now = node.clock()
     cluster = node.cluster
@@ -32,9 +32,9 @@ def ackjob(node, client, argv):
     return known
 
 
-@command("fastack", -2, F_WRITE | F_FAST)
+@command("fastack", -1, F_WRITE | F_FAST)
 def fastack(node, client, argv):
-    """FASTACK job-id [job-id ...]: delete here and tell the others, best effort."""
+    """FASTACK [job-id ...]: delete here and tell the others, best effort."""
     deleted = 0
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)
@@ -56,21 +56,21 @@ def _requeue(node, argv, nack: bool) -> int:
     return changed
 
 
-@command("nack", -2, F_DENYOOM | F_WRITE | F_FAST)
+@command("nack", -1, F_DENYOOM | F_WRITE | F_FAST)
 def nack(node, client, argv):
-    """NACK job-id [job-id ...]: put the jobs back in their queues now, counting nacks."""
+    """NACK [job-id ...]: put the jobs back in their queues now, counting nacks."""
     return _requeue(node, argv, nack=True)
 
 
-@command("enqueue", -2, F_DENYOOM | F_WRITE | F_FAST)
+@command("enqueue", -1, F_DENYOOM | F_WRITE | F_FAST)
 def enqueue(node, client, argv):
-    """ENQUEUE job-id [job-id ...]: queue jobs that are not queued (not acked ones)."""
+    """ENQUEUE [job-id ...]: queue jobs that are not queued (not acked ones)."""
     return _requeue(node, argv, nack=False)
 
 
-@command("dequeue", -2, F_WRITE | F_FAST)
+@command("dequeue", -1, F_WRITE | F_FAST)
 def dequeue(node, client, argv):
-    """DEQUEUE job-id [job-id ...]: take jobs out of their queues, keeping them."""
+    """DEQUEUE [job-id ...]: take jobs out of their queues, keeping them."""
     changed = 0
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)

@@ -253,10 +253,11 @@ def test_config_set(snode):
             reply = r.call("CONFIG", "SET", *args)
             assert reply.startswith(b"-ERR "), (args, reply)
         assert r.call("CONFIG", "SET", "maxclients") == (
-            b"-ERR unknown subcommand or wrong number of arguments for 'SET'. Try CONFIG HELP.\r\n")
+            b"-ERR Wrong number of arguments for CONFIG SET\r\n")
         assert r.call("CONFIG", "GET", "port") == b"*2\r\n$4\r\nport\r\n$%d\r\n%d\r\n" % (
             len(str(snode.port)), snode.port)
-        assert r.call("CONFIG", "BOGUS").startswith(b"-ERR unknown subcommand")
+        assert r.call("CONFIG", "BOGUS") == (
+            b"-ERR CONFIG subcommand must be one of GET, SET, RESETSTAT, REWRITE\r\n")
     finally:
         r.call("CONFIG", "SET", "maxmemory", "1gb", "maxclients", "10000", "hz", "10")
 
@@ -290,7 +291,8 @@ def test_client_commands(snode):
     assert b" lib-ver=1.2 " in mine[0] and b" cmd=client " in mine[0]
     only = r.call("CLIENT", "LIST", "ID", str(cid))
     assert only.count(b"id=") == 1
-    assert r.call("CLIENT", "NOSUCH").startswith(b"-ERR unknown subcommand")
+    assert r.call("CLIENT", "NOSUCH") == (b"-ERR Syntax error, try CLIENT (LIST | KILL ip:port "
+                                          b"| GETNAME | SETNAME connection-name)\r\n")
 
 
 def test_client_kill(snode):
@@ -350,8 +352,7 @@ def test_requirepass(node_factory):
     r = n.raw()
     assert r.call("PING") == b"-NOAUTH Authentication required.\r\n"
     assert r.call("ADDJOB", "q", "b", "0") == b"-NOAUTH Authentication required.\r\n"
-    assert r.call("AUTH", "wrong") == (
-        b"-WRONGPASS invalid username-password pair or user is disabled.\r\n")
+    assert r.call("AUTH", "wrong") == b"-ERR invalid password\r\n"     # Disque's words
     assert r.call("AUTH", "someone", "s3cret").startswith(b"-WRONGPASS")
     assert r.call("HELLO", "3").startswith(b"-NOAUTH HELLO must be called")
     assert r.call("AUTH", "s3cret") == b"+OK\r\n"
@@ -374,14 +375,16 @@ def test_requirepass(node_factory):
     assert n.cli("-a", "s3cret", "--no-auth-warning", "PING") == "PONG\n"
     # Changed at run time: new connections need the new password.
     assert r.call("CONFIG", "SET", "requirepass", "other") == b"+OK\r\n"
-    assert n.raw().call("AUTH", "s3cret").startswith(b"-WRONGPASS")
+    assert n.raw().call("AUTH", "s3cret") == b"-ERR invalid password\r\n"
     assert n.raw().call("AUTH", "other") == b"+OK\r\n"
     assert r.call("CONFIG", "SET", "requirepass", "") == b"+OK\r\n"
     assert n.raw().call("PING") == b"+PONG\r\n"
 
 
 def test_auth_without_password_configured(snode):
-    assert snode.raw().call("AUTH", "x") == (
+    assert snode.raw().call("AUTH", "x") == b"-ERR Client sent AUTH, but no password is set\r\n"
+    # AUTH user pass (ext, Redis 6) answers as Redis does.
+    assert snode.raw().call("AUTH", "default", "x") == (
         b"-ERR AUTH <password> called without any password configured for the default user. "
         b"Are you sure your configuration is correct?\r\n")
 
@@ -455,8 +458,10 @@ def test_debug_sleep_blocks_the_server(snode):
     assert blocked, "another client was answered while DEBUG SLEEP ran"
     assert r.read_reply() == b"+OK\r\n"
     assert time.monotonic() - t0 >= 0.29
-    assert r.call("DEBUG", "SLEEP", "x").startswith(b"-ERR ")
-    assert r.call("DEBUG", "NOSUCH").startswith(b"-ERR ")
+    # Disque reads the seconds with strtod: no number is 0 s.
+    assert r.call("DEBUG", "SLEEP", "x") == b"+OK\r\n"
+    assert r.call("DEBUG", "NOSUCH") == (
+        b"-ERR Unknown DEBUG subcommand or wrong number of arguments for 'NOSUCH'\r\n")
 
 
 # --------------------------------------------------------- small commands

@@ -299,7 +299,8 @@ def test_leaving_node_refuses_to_block(snode):
         assert jid in r.call("GETJOB", "FROM", "q")
         assert r.call("GETJOB", "NOHANG", "FROM", "q") == b"*-1\r\n"
         # A GETJOB that would block gets -LEAVING instead.
-        assert r.call("GETJOB", "FROM", "q") == b"-LEAVING Please use a different node\r\n"
+        assert r.call("GETJOB", "FROM", "q") == (
+            b"-LEAVING This node is leaving the cluster, please connect to a different one\r\n")
         assert r.call("GETJOB", "TIMEOUT", "100", "FROM", "q").startswith(b"-LEAVING ")
         # HELLO shows the leaving node with priority 100.
         assert r.call("HELLO").endswith(b"$3\r\n100\r\n")

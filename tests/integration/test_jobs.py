@@ -79,7 +79,8 @@ def test_addjob_defaults_shown_by_show(snode):
     assert s["retry"] == 300 and s["delay"] == 0
     assert s["nacks"] == 0 and s["additional-deliveries"] == 0
     me = myid(c)
-    assert s["nodes-delivered"] == [me] and s["nodes-confirmed"] == [me]
+    # As Disque: confirmations are listed only while the job waits for them.
+    assert s["nodes-delivered"] == [me] and s["nodes-confirmed"] == []
     assert 0 < s["next-requeue-within"] <= 300_000 + 250
     assert s["next-awake-within"] is not None
 

@@ -148,16 +148,16 @@ def test_idle_empty_queue_is_collected(node, clock):
     run(node, c, "GETJOB", "FROM", "q")
     run(node, c, "ACKJOB", jid)
     advance(node, clock, 299_000, step=1000)
-    assert run(node, c, "QSTAT", "q") is not None
+    assert run(node, c, "QSTAT", "q") is not NULL_ARRAY
     advance(node, clock, 2_000)
-    assert run(node, c, "QSTAT", "q") is None
+    assert run(node, c, "QSTAT", "q") is NULL_ARRAY
 
 
 def test_paused_queue_is_not_collected(node, clock):
     c = node.new_client()
     run(node, c, "PAUSE", "q", "in")
     advance(node, clock, 400_000)
-    assert run(node, c, "QSTAT", "q") is not None
+    assert run(node, c, "QSTAT", "q") is not NULL_ARRAY
 
 
 def test_over_maxmemory_refuses_growth_after_evicting(clock):

@@ -91,3 +91,24 @@ def test_dead_entries_are_compacted():
     assert [j.ctime for j in jl] == list(range(4000, 5000))
     jl.clear()
     assert len(jl) == 0 and list(jl) == [] and jl.popleft() is None
+
+
+def test_import_rate_as_disque():
+    """Disque's getQueueImportRate: (prev + current count) * 1000 / ms since the
+    previous window began (at least 50), rounded up; 0 once the current window
+    is more than 5 s old."""
+    t0 = 1_000_000
+    q = Queue(b"q", t0)
+    assert q.import_rate(t0) == 0                   # nothing imported yet
+    q.count_imports(4, t0 + 100)                    # same window as the creation
+    assert q.import_rate(t0 + 100) == 40            # 4 jobs / 100 ms
+    assert q.import_rate(t0 + 10) == 80             # at least 50 ms: 4000 / 50
+    assert q.import_rate(t0 + 3000) == 2            # ceil(4000 / 3000)
+    assert q.import_rate(t0 + 5000) == 1
+    assert q.import_rate(t0 + 5001) == 0            # window began more than 5 s ago
+    # A second later a new window begins; the old one is the previous one.
+    q.count_imports(2, t0 + 1500)
+    assert (q.prev_import_jobs_count, q.current_import_jobs_count) == (4, 2)
+    assert q.import_rate(t0 + 2000) == 3            # 6 jobs / 2000 ms
+    assert q.import_rate(t0 + 6500) == 1            # ceil(6000 / 6500): windows at t0, t0+1500
+    assert q.import_rate(t0 + 6501) == 0

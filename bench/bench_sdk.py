@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""The Python SDK against pydisque and raw redis-py, side by side (issue 9).
+
+    .venv/bin/python bench/bench_sdk.py            # --quick, --only ROW,..., --rounds N
+
+One Disquette node; every client runs in this process, one after the other
+within a round (the order alternates between rounds), on the same redis-py 8
+with hiredis, RESP2.  Rows (``--only`` takes their names):
+
+  add       add_job in a loop         vs pydisque add_job / redis-py execute_command
+  batch     add_jobs (pipelined, 1000 a batch) vs redis-py pipeline   target >= 0.8x
+  worker    Worker, async no-op handler, concurrency 64, on a pre-filled queue
+            vs three pydisque loops: GETJOB + ACKJOB per job; GETJOB COUNT 64 +
+            ACKJOB per job; GETJOB COUNT 64 + one ACKJOB   target >= 2x the best
+  worker-def  the same Worker with a plain ``def`` no-op handler (thread pool)
+
+Figures are jobs per second (median of the rounds); ratios are medians of
+the per-round ratios.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout's disquette
+
+import redis  # noqa: E402
+from common import median, parse_bench_args, start_disquette  # noqa: E402
+from pydisque.client import Client as PydisqueClient  # noqa: E402
+
+from disquette import Client, Worker  # noqa: E402
+
+BODY = b"x" * 100
+BATCH = 1000
+PREFETCH = 64
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Bench:
+    def __init__(self, args) -> None:
+        self.args = args
+        self.rounds = args.rounds or (1 if args.quick else 3)
+        self.node = start_disquette()
+        self.addr = f"127.0.0.1:{self.node.port}"
+        self.raw = redis.Redis(port=self.node.port, protocol=2)
+
+    def n(self, full: int) -> int:
+        n = full // 4 if self.args.quick else full
+        return max(1000, int(n * self.args.scale))
+
+    def flush(self) -> None:
+        self.raw.execute_command("DEBUG", "FLUSHALL")
+
+    def prefill(self, n: int) -> None:
+        self.flush()
+        pipe = self.raw.pipeline(transaction=False)
+        for i in range(n):
+            pipe.execute_command("ADDJOB", "q", BODY, 0)
+            if i % BATCH == BATCH - 1:
+                pipe.execute()
+        pipe.execute()
+        assert self.raw.execute_command("QLEN", "q") == n
+
+    def rate(self, n: int, fn: Callable[[], None], prefill: bool = False) -> tuple[float, str]:
+        """Jobs/s of ``fn``, and the CPU it cost per job (node / this process)."""
+        if prefill:
+            self.prefill(n)
+        else:
+            self.flush()
+        node0, me0, t0 = cpu_seconds(self.node.pid), time.process_time(), time.perf_counter()
+        fn()
+        rate = n / (time.perf_counter() - t0)
+        node_us = (cpu_seconds(self.node.pid) - node0) / n * 1e6
+        me_us = (time.process_time() - me0) / n * 1e6
+        return rate, f"cpu/job node {node_us:.1f} us, client {me_us:.1f} us"
+
+    def pydisque(self) -> PydisqueClient:
+        c = PydisqueClient([self.addr])
+        c.connect()
+        return c
+
+
+# --------------------------------------------------------------- producers
+
+def sdk_add_loop(b: Bench, n: int) -> None:
+    c = Client(b.addr)
+    for _ in range(n):
+        c.add_job("q", BODY, 0)
+    c.close()
+
+
+def pydisque_add_loop(b: Bench, n: int) -> None:
+    c = b.pydisque()
+    for _ in range(n):
+        c.add_job("q", BODY, timeout=0)
+
+
+def raw_add_loop(b: Bench, n: int) -> None:
+    r = redis.Redis(port=b.node.port, protocol=2)
+    for _ in range(n):
+        r.execute_command("ADDJOB", "q", BODY, 0)
+    r.close()
+
+
+def sdk_add_batch(b: Bench, n: int) -> None:
+    c = Client(b.addr)
+    c.add_jobs([("q", BODY)] * n, batch_size=BATCH, timeout_ms=0)
+    c.close()
+
+
+def raw_pipeline(b: Bench, n: int) -> None:
+    r = redis.Redis(port=b.node.port, protocol=2)
+    for start in range(0, n, BATCH):
+        pipe = r.pipeline(transaction=False)
+        for _ in range(min(BATCH, n - start)):
+            pipe.execute_command("ADDJOB", "q", BODY, 0)
+        ids = pipe.execute()
+        assert all(isinstance(i, bytes) for i in ids)
+    r.close()
+
+
+# --------------------------------------------------------------- consumers
+
+def sdk_worker(b: Bench, n: int, handler) -> None:
+    """``worker.run()`` (uvloop, main thread) until n jobs are done."""
+    w = Worker(Client(b.addr), "q", handler, concurrency=PREFETCH, metrics=False)
+
+    def stop_when_done() -> None:
+        while w.stats["ok"] < n:
+            time.sleep(0.01)
+        w.stop()
+
+    threading.Thread(target=stop_when_done, daemon=True).start()
+    w.run()
+
+
+async def async_noop(job) -> None:
+    pass
+
+
+def def_noop(job) -> None:
+    pass
+
+
+# pydisque names the fields of a GETJOB entry (job_id, queue, body), but the
+# reply is [queue, id, body]: the id is the second item.
+
+def pydisque_per_job(b: Bench, n: int) -> None:
+    c, done = b.pydisque(), 0
+    while done < n:
+        for _queue, job_id, _body in c.get_job(["q"], nohang=True):
+            c.ack_job(job_id)
+            done += 1
+
+
+def pydisque_count_ack_each(b: Bench, n: int) -> None:
+    c, done = b.pydisque(), 0
+    while done < n:
+        for _queue, job_id, _body in c.get_job(["q"], count=PREFETCH, nohang=True):
+            c.ack_job(job_id)
+            done += 1
+
+
+def pydisque_count_ack_batch(b: Bench, n: int) -> None:
+    c, done = b.pydisque(), 0
+    while done < n:
+        jobs = c.get_job(["q"], count=PREFETCH, nohang=True)
+        if jobs:
+            c.ack_job(*[j[1] for j in jobs])
+            done += len(jobs)
+
+
+# --------------------------------------------------------------- rows
+
+def measure(b: Bench, name: str, n: int, sides: dict[str, Callable[[], None]],
+            prefill: bool = False) -> dict[str, float]:
+    """Median jobs/s per side over the rounds (sides alternate order)."""
+    rates: dict[str, list[float]] = {k: [] for k in sides}
+    for r in range(b.rounds):
+        order = list(sides.items())
+        if r % 2:
+            order.reverse()
+        for side, fn in order:
+            rate, cpu = b.rate(n, fn, prefill)
+            rates[side].append(rate)
+            log(f"  {name} round {r + 1}/{b.rounds}: {side} {rate:,.0f}/s ({cpu})")
+    return {k: median(v) for k, v in rates.items()}
+
+
+def row_add(b: Bench) -> list[str]:
+    n = b.n(40_000)
+    m = measure(b, "add", n, {"sdk": lambda: sdk_add_loop(b, n),
+                              "pydisque": lambda: pydisque_add_loop(b, n),
+                              "raw": lambda: raw_add_loop(b, n)})
+    return ["add_job loop", m["sdk"], m["pydisque"], m["raw"], "-"]
+
+
+def row_batch(b: Bench) -> list[str]:
+    n = b.n(200_000)
+    m = measure(b, "batch", n, {"sdk": lambda: sdk_add_batch(b, n),
+                                "raw": lambda: raw_pipeline(b, n)})
+    return [f"add_jobs, {BATCH} a batch (raw: pipeline)", m["sdk"], None, m["raw"],
+            ("raw", 0.8)]
+
+
+PYDISQUE_LOOPS = {  # name: (row label, loop)
+    "pydisque-64-batch-ack": ("GETJOB COUNT 64 + one ACKJOB (its best)", pydisque_count_ack_batch),
+    "pydisque-64": ("GETJOB COUNT 64 + ACKJOB per job", pydisque_count_ack_each),
+    "pydisque-1": ("GETJOB + ACKJOB per job (its README loop)", pydisque_per_job),
+}
+
+
+def worker_rows(b: Bench, kind: str, handler) -> list[list]:
+    """One row per pydisque loop; the target applies to its best."""
+    n = b.n(60_000)
+    sides = {"sdk": lambda: sdk_worker(b, n, handler)}
+    sides.update({k: (lambda f=f: f(b, n)) for k, (_, f) in PYDISQUE_LOOPS.items()})
+    m = measure(b, "worker", n, sides, prefill=True)
+    best = max(PYDISQUE_LOOPS, key=lambda k: m[k])
+    return [[f"Worker, {kind} no-op vs pydisque {label}", m["sdk"], m[k], None,
+             ("pydisque", 2.0) if k == best else "-"]
+            for k, (label, _) in PYDISQUE_LOOPS.items()]
+
+
+ROWS = {
+    "add": lambda b: [row_add(b)],
+    "batch": lambda b: [row_batch(b)],
+    "worker": lambda b: worker_rows(b, "async", async_noop),
+    "worker-def": lambda b: worker_rows(b, "def", def_noop),
+}
+
+
+def fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}/s"
+
+
+def table(rows: list[list]) -> str:
+    head = ["row", "SDK", "pydisque", "raw redis-py", "SDK/pydisque", "SDK/raw", "target"]
+    lines = []
+    for title, sdk, pyd, raw, target in rows:
+        cells = [title, fmt(sdk), fmt(pyd), fmt(raw),
+                 f"{sdk / pyd:.2f}x" if pyd else "-", f"{sdk / raw:.2f}x" if raw else "-"]
+        if target == "-":
+            cells.append("-")
+        else:
+            ref, goal = target
+            ratio = sdk / (pyd if ref == "pydisque" else raw)
+            cells.append(f">= {goal:g}x vs {ref}: {'PASS' if ratio >= goal else 'MISS'}")
+        lines.append(cells)
+    widths = [max(len(x[i]) for x in [head, *lines]) for i in range(len(head))]
+    out = ["| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |",
+           "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += ["| " + " | ".join(c.ljust(w) for c, w in zip(x, widths)) + " |" for x in lines]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_bench_args(argv, __doc__.split("\n\n")[0], list(ROWS))
+    unknown = set(args.names) - set(ROWS)
+    if unknown:
+        args.parser.error(f"unknown row(s): {', '.join(sorted(unknown))}")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"Python {platform.python_version()}, redis-py {redis.__version__}, "
+          f"{os.cpu_count()} CPUs, load average {load}", flush=True)
+    b = Bench(args)
+    rows = []
+    try:
+        for name, fn in ROWS.items():
+            if not args.names or name in args.names:
+                log(f"{name}:")
+                rows += fn(b)
+    finally:
+        b.node.stop()
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""The verdict over a history: Jepsen's total-queue checker, plus what a
+Disque-style broker promises beyond it (SPEC section 9).
+
+Jepsen's figures (``jepsen.checker/total-queue``), keyed by the job's value
+(its body, unique in a run, so an add whose reply was lost can still be
+recognised when delivered):
+
+- attempted: adds invoked; acknowledged: adds answered with an id;
+- lost: acknowledged, never delivered (not in the run, not in the drain);
+- unexpected: delivered, never added;
+- duplicated: delivered more than once (at-least-once allows it; the rate is
+  duplicated / distinct values delivered);
+- recovered: an add of unknown outcome (timeout, connection lost) later delivered.
+
+Ours:
+
+- retry0_redelivered: a RETRY 0 job (at most once) delivered more than once;
+- uncollected: an acked job still held by a node after healing (ack GC);
+- duplicates split by cause: after a NACK (asked for), after an ACK (the ack
+  did not reach every holder in time), or after the retry timer;
+- failed_then_delivered: an add answered with an error yet delivered (Disque's
+  NOREPL deletes copies best-effort only);
+- latency percentiles: adds (invoke -> reply) and deliveries (add invoked ->
+  first delivery).
+
+The run fails (``valid`` False, non-zero exit) on anything lost, anything
+unexpected, or a RETRY 0 job delivered twice.
+
+Pure: a list of events in, a ``CheckResult`` out; no files, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+from chaos.history import FAIL, INFO, INVOKE, OK, History
+
+PERCENTILES = (50, 90, 99)
+EXAMPLES = 20          # how many values/ids each list keeps for the report
+
+
+def percentiles(samples: Iterable[float]) -> dict[str, float | int | None]:
+    """count, p50/p90/p99 (nearest rank), max, in the samples' unit."""
+    values = sorted(samples)
+    out: dict[str, float | int | None] = {"count": len(values)}
+    for p in PERCENTILES:
+        out[f"p{p}"] = values[max(math.ceil(p / 100 * len(values)) - 1, 0)] if values else None
+    out["max"] = values[-1] if values else None
+    return out
+
+
+@dataclass
+class Add:
+    op: int
+    value: str
+    t: float
+    node: str | None = None
+    queue: str | None = None
+    retry: float | None = None
+    replicate: int | None = None
+    outcome: str = INFO             # ok / fail / info (unknown: no reply by the end)
+    id: str | None = None
+    t_reply: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class Delivery:
+    t: float
+    id: str | None
+    value: str | None
+    node: str | None
+    drain: bool
+
+
+@dataclass
+class CheckResult:
+    valid: bool
+    problems: list[str]
+    attempted: int
+    acknowledged: int
+    failed: int
+    indeterminate: int
+    deliveries: int
+    delivered: int                      # distinct values
+    lost: int
+    unexpected: int
+    duplicated: int
+    duplicate_rate: float
+    duplicates_after_nack: int          # redeliveries
+    duplicates_after_ack: int
+    duplicates_after_timeout: int
+    recovered: int
+    failed_then_delivered: int
+    retry0_jobs: int
+    retry0_redelivered: int
+    acked_jobs: int
+    uncollected: int                    # (node, acked job) pairs still held after healing
+    uncollected_by_node: dict[str, int]
+    leftover_unacked: int
+    id_mismatches: int                  # value delivered under another id than its add's
+    drain_complete: bool | None
+    history_complete: bool
+    add_latency: dict[str, Any]
+    delivery_latency: dict[str, Any]
+    examples: dict[str, list] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _adds(events: list[dict[str, Any]]) -> dict[int, Add]:
+    adds: dict[int, Add] = {}
+    for e in events:
+        if e["type"] != "add":
+            continue
+        if e.get("phase") == INVOKE:
+            adds[e["op"]] = Add(op=e["op"], value=e["value"], t=e["t"], node=e.get("node"),
+                                queue=e.get("queue"), retry=e.get("retry"),
+                                replicate=e.get("replicate"))
+        elif e.get("op") in adds and e.get("phase") in (OK, FAIL, INFO):
+            add = adds[e["op"]]
+            add.outcome, add.t_reply = e["phase"], e["t"]
+            add.id, add.error = e.get("id"), e.get("error")
+    return adds
+
+
+def check(history: History | list[dict[str, Any]]) -> CheckResult:
+    events = history.events if isinstance(history, History) else history
+    adds = _adds(events)
+    by_value = {add.value: add for add in adds.values()}
+    by_id = {add.id: add for add in adds.values() if add.id}
+
+    deliveries = [Delivery(e["t"], e.get("id"), e.get("value"), e.get("node"),
+                           bool(e.get("drain")))
+                  for e in events if e["type"] == "deliver"]
+    delivered_of: dict[str, list[Delivery]] = defaultdict(list)
+    unexpected: list[str] = []
+    id_mismatches: list[str] = []
+    for d in deliveries:
+        add = by_value.get(d.value) if d.value is not None else by_id.get(d.id)
+        if add is None:
+            unexpected.append(d.value if d.value is not None else f"id {d.id}")
+            continue
+        if add.id and d.id and add.id != d.id:
+            id_mismatches.append(d.id)
+        delivered_of[add.value].append(d)
+
+    acked_at: dict[str, list[float]] = defaultdict(list)
+    nacked_at: dict[str, list[float]] = defaultdict(list)
+    for e in events:
+        if e["type"] in ("ack", "nack") and not e.get("error"):
+            (acked_at if e["type"] == "ack" else nacked_at)[e["id"]].append(e["t"])
+
+    ok_adds = [a for a in adds.values() if a.outcome == OK]
+    lost = [a.value for a in ok_adds if a.value not in delivered_of]
+    recovered = [a.value for a in adds.values() if a.outcome == INFO and a.value in delivered_of]
+    failed_delivered = [a.value for a in adds.values()
+                        if a.outcome == FAIL and a.value in delivered_of]
+
+    duplicated = [v for v, ds in delivered_of.items() if len(ds) > 1]
+    causes: Counter[str] = Counter()
+    for value in duplicated:
+        ds = delivered_of[value]
+        ids = {d.id for d in ds} | {by_value[value].id}
+        nacks = sorted(t for i in ids if i for t in nacked_at.get(i, ()))
+        acks = sorted(t for i in ids if i for t in acked_at.get(i, ()))
+        for prev, this in zip(ds, ds[1:]):
+            if any(prev.t <= t <= this.t for t in nacks):
+                causes["nack"] += 1
+            elif any(t <= this.t for t in acks):
+                causes["ack"] += 1
+            else:
+                causes["timeout"] += 1
+
+    retry0 = [a for a in adds.values() if a.retry == 0]
+    retry0_twice = [a.value for a in retry0 if len(delivered_of.get(a.value, ())) > 1]
+
+    acked_ids = set(acked_at)
+    uncollected_by_node: dict[str, list[str]] = {}
+    leftover_unacked: list[str] = []
+    for e in events:
+        if e["type"] != "leftover":
+            continue
+        jobs = e.get("jobs") or {}
+        held = [i for i in jobs if i in acked_ids]
+        if held:
+            uncollected_by_node.setdefault(e["node"], []).extend(held)
+        leftover_unacked.extend(i for i in jobs if i not in acked_ids)
+
+    drain_ends = [e for e in events if e["type"] == "drain" and e.get("phase") == "end"]
+    drain_complete = bool(drain_ends[-1].get("complete")) if drain_ends else None
+
+    # Times are written to the microsecond; so are the latencies.
+    add_latency = percentiles(round(a.t_reply - a.t, 6) for a in ok_adds)
+    delivery_latency = percentiles(round(delivered_of[a.value][0].t - a.t, 6)
+                                   for a in adds.values() if a.value in delivered_of)
+
+    problems = []
+    if lost:
+        problems.append(f"{len(lost)} acknowledged add(s) never delivered (lost)")
+    if unexpected:
+        problems.append(f"{len(unexpected)} delivery(ies) of jobs never added (unexpected)")
+    if retry0_twice:
+        problems.append(f"{len(retry0_twice)} RETRY 0 job(s) delivered more than once")
+    distinct = len(delivered_of)
+    uncollected = sum(len(v) for v in uncollected_by_node.values())
+    return CheckResult(
+        valid=not problems,
+        problems=problems,
+        attempted=len(adds),
+        acknowledged=len(ok_adds),
+        failed=sum(a.outcome == FAIL for a in adds.values()),
+        indeterminate=sum(a.outcome == INFO for a in adds.values()),
+        deliveries=len(deliveries),
+        delivered=distinct,
+        lost=len(lost),
+        unexpected=len(unexpected),
+        duplicated=len(duplicated),
+        duplicate_rate=round(len(duplicated) / distinct, 6) if distinct else 0.0,
+        duplicates_after_nack=causes["nack"],
+        duplicates_after_ack=causes["ack"],
+        duplicates_after_timeout=causes["timeout"],
+        recovered=len(recovered),
+        failed_then_delivered=len(failed_delivered),
+        retry0_jobs=len(retry0),
+        retry0_redelivered=len(retry0_twice),
+        acked_jobs=len(acked_ids),
+        uncollected=uncollected,
+        uncollected_by_node={n: len(v) for n, v in sorted(uncollected_by_node.items())},
+        leftover_unacked=len(leftover_unacked),
+        id_mismatches=len(id_mismatches),
+        drain_complete=drain_complete,
+        history_complete=any(e["type"] == "end" for e in events),
+        add_latency=add_latency,
+        delivery_latency=delivery_latency,
+        examples={name: values[:EXAMPLES] for name, values in (
+            ("lost", lost), ("unexpected", unexpected), ("duplicated", duplicated),
+            ("recovered", recovered), ("retry0_redelivered", retry0_twice),
+            ("uncollected", sorted({i for v in uncollected_by_node.values() for i in v})),
+            ("id_mismatches", id_mismatches)) if values},
+    )

@@ -1,0 +1,140 @@
+"""The ``disquette`` command line.
+
+    disquette worker myapp.tasks:send_email --queue emails --nodes 127.0.0.1:7711 --concurrency 16
+    disquette dead list emails            # dead letters of emails (queue emails:dead)
+    disquette dead requeue emails         # put them back to work
+
+``--nodes`` defaults to $DISQUETTE_NODES, then 127.0.0.1:7711; ``--password``
+to $DISQUETTE_PASSWORD.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import sys
+from typing import Any, Callable
+
+from .client import Client
+from .dead_letters import dead_queue_name
+from .errors import DisqueError
+from .worker import Worker
+
+
+def load_handler(spec: str) -> Callable[..., Any]:
+    """``"package.module:function"`` (the current directory is importable)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise SystemExit(f"disquette: handler must look like module:function, not {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise SystemExit(f"disquette: {spec} is not callable")
+    return obj
+
+
+def _split(values: list[str]) -> list[str]:
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(_split(args.nodes), password=args.password, serializer=args.serializer,
+                  protocol=args.protocol)
+
+
+def _dead_queue(args: argparse.Namespace) -> str:
+    if args.dead_letter_queue:
+        return args.dead_letter_queue
+    return args.queue if args.queue.endswith(":dead") else dead_queue_name(args.queue)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    handler = load_handler(args.handler)
+    if args.metrics_port:
+        import prometheus_client
+
+        prometheus_client.start_http_server(args.metrics_port)
+    worker = Worker(_client(args), _split(args.queue), handler, concurrency=args.concurrency,
+                    max_attempts=args.max_attempts or None,
+                    dead_letter_queue=args.dead_letter_queue, retry_backoff=args.retry_backoff,
+                    grace_period=args.grace_period, poll_ms=args.poll_ms)
+    worker.run()
+    if worker.forced:  # handler threads may still run: do not wait for them
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(130)
+    return 0
+
+
+def cmd_dead(args: argparse.Namespace) -> int:
+    client = _client(args)
+    dlq = _dead_queue(args)
+    if args.action == "list":
+        for d in client.dead_letters(dlq, limit=args.limit):
+            print(json.dumps(d.as_dict(), ensure_ascii=False))
+    else:
+        n = client.requeue_dead(dlq, queue=args.to, limit=args.limit)
+        print(f"requeued {n} jobs from {dlq}")
+    client.close()
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--nodes", action="append",
+                        default=None, help="host:port[,host:port] (repeatable)")
+    common.add_argument("--password", default=os.environ.get("DISQUETTE_PASSWORD"))
+    common.add_argument("--serializer", default="json", choices=["json", "msgpack"])
+    common.add_argument("--protocol", type=int, default=2, choices=[2, 3])
+    common.add_argument("--log-level", default="INFO")
+
+    p = argparse.ArgumentParser(prog="disquette", description="Disquette SDK command line")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    w = sub.add_parser("worker", parents=[common], help="run a handler on a queue's jobs")
+    w.add_argument("handler", help="module:function called with each Job")
+    w.add_argument("--queue", "-q", action="append", required=True,
+                   help="queue to consume (repeatable or comma-separated)")
+    w.add_argument("--concurrency", "-c", type=int, default=16)
+    w.add_argument("--max-attempts", type=int, default=5, help="0: retry for ever")
+    w.add_argument("--dead-letter-queue", default=None, help="default: <queue>:dead")
+    w.add_argument("--retry-backoff", action="store_true",
+                   help="on failure let RETRY re-queue the job instead of NACK")
+    w.add_argument("--grace-period", type=float, default=30.0)
+    w.add_argument("--poll-ms", type=int, default=1000)
+    w.add_argument("--metrics-port", type=int, default=0,
+                   help="serve Prometheus metrics on this port")
+    w.set_defaults(func=cmd_worker)
+
+    d = sub.add_parser("dead", parents=[common], help="list or requeue dead letters")
+    d.add_argument("action", choices=["list", "requeue"])
+    d.add_argument("queue", help="the work queue (its dead letters are in QUEUE:dead) "
+                                 "or a queue ending in :dead")
+    d.add_argument("--dead-letter-queue", default=None)
+    d.add_argument("--to", default=None, help="requeue into this queue instead")
+    d.add_argument("--limit", type=int, default=None)
+    d.set_defaults(func=cmd_dead)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if not args.nodes:
+        args.nodes = [os.environ.get("DISQUETTE_NODES", "127.0.0.1:7711")]
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except DisqueError as e:
+        print(f"disquette: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

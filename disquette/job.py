@@ -1,0 +1,77 @@
+"""A job as a consumer sees it (one entry of a GETJOB or QPEEK reply)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def text(value: Any) -> str:
+    """A reply's bulk string as ``str`` (queue names and ids are binary safe:
+    undecodable bytes survive the round trip through surrogateescape)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    return str(value)
+
+
+class Job:
+    """A job received from a node.
+
+    ``id``, ``queue``; ``body`` (decoded by the client's serializer, or the raw
+    bytes when it cannot be decoded) and ``raw`` (the bytes as stored);
+    ``nacks`` and ``additional_deliveries`` (``None`` unless fetched
+    WITHCOUNTERS, which ``get_jobs`` does by default); ``node``, the
+    ``host:port`` that delivered it.
+
+    ``ack()``, ``fast_ack()``, ``nack()`` and ``working()`` go to the node that
+    delivered the job (another one if it is unreachable); with an
+    :class:`~disquette.AsyncClient` they return awaitables.
+    """
+
+    __slots__ = ("id", "queue", "body", "raw", "nacks", "additional_deliveries", "node",
+                 "_client")
+
+    def __init__(self, id: str, queue: str, body: Any, raw: bytes, nacks: int | None = None,
+                 additional_deliveries: int | None = None, node: str | None = None,
+                 client: Any = None) -> None:
+        self.id = id
+        self.queue = queue
+        self.body = body
+        self.raw = raw
+        self.nacks = nacks
+        self.additional_deliveries = additional_deliveries
+        self.node = node
+        self._client = client
+
+    @property
+    def attempts(self) -> int:
+        """This delivery's number: nacks + additional deliveries + 1 (1 when
+        the counters were not fetched)."""
+        return (self.nacks or 0) + (self.additional_deliveries or 0) + 1
+
+    @property
+    def node_prefix(self) -> str:
+        """The first 8 hex chars of the id of the node that created the job."""
+        return self.id[2:10]
+
+    def ack(self) -> Any:
+        return self._client.ack_job(self.id, node=self.node)
+
+    def fast_ack(self) -> Any:
+        return self._client.fast_ack(self.id, node=self.node)
+
+    def nack(self) -> Any:
+        return self._client.nack_job(self.id, node=self.node)
+
+    def working(self) -> Any:
+        """WORKING: postpone the next delivery by the job's RETRY; returns the
+        RETRY seconds (raises TooLateError once half the TTL has elapsed)."""
+        return self._client.working(self.id, node=self.node)
+
+    def __repr__(self) -> str:
+        return f"<Job {self.id} queue={self.queue!r} attempts={self.attempts} node={self.node}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Job) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)

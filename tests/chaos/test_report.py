@@ -1,0 +1,106 @@
+"""The report on a crafted history: terminal table, JSON file, and a
+self-contained HTML page whose timeline shows the faults and the series."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+
+from chaos.checker import check
+from chaos.history import read_history
+from chaos.report import render_html, report_json, summary_table, timeline, write_reports
+from tests.chaos.crafted import clean_run
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def crafted(tmp_path, lose_one=False):
+    run = clean_run(tmp_path / "run.jsonl")
+    if lose_one:
+        run.add(4.9)
+    slow = run.at(4.0).w.fault_started("latency", link="n1->n2", ms=500)
+    run.at(4.6).w.fault_stopped(slow)
+    run.at(5.0).w.fault_started("never-healed")
+    history = read_history(run.finish(6.0))
+    return history, check(history)
+
+
+def test_terminal_table(tmp_path):
+    history, result = crafted(tmp_path)
+    table = summary_table(result, history)
+    lines = table.splitlines()
+    assert lines[0] == "Disquette chaos run: scenario crafted, seed 7, 2 nodes, 6.5 s"
+    assert re.search(r"^   verdict +VALID$", table, re.M)
+    assert re.search(r"^   adds acknowledged +10$", table, re.M)
+    assert re.search(r"^   lost \(acked, never delivered\) +0$", table, re.M)
+    assert re.search(r"^   add latency +p50 10\.0 ms, p90 10\.0 ms, p99 10\.0 ms, max 10\.0 ms "
+                     r"\(n=10\)$", table, re.M)
+
+    history, result = crafted(tmp_path, lose_one=True)
+    table = summary_table(result, history)
+    assert re.search(r"^!! verdict +INVALID$", table, re.M)
+    assert re.search(r"^!! lost \(acked, never delivered\) +1$", table, re.M)
+    assert "!! 1 acknowledged add(s) never delivered (lost)" in table
+
+
+def test_timeline_series_and_bands(tmp_path):
+    history, _ = crafted(tmp_path)
+    tl = timeline(history)
+    assert tl["bin_seconds"] == 0.2 and tl["duration"] == 6.5
+    n = len(tl["t"])
+    assert n == 33
+    for key in ("adds_ok_per_s", "deliveries_per_s", "adds_failed_per_s",
+                "adds_indeterminate_per_s", "add_latency_p50_ms", "add_latency_p99_ms",
+                "delivery_latency_p50_ms", "delivery_latency_p99_ms"):
+        assert len(tl[key]) == n
+    # Ten adds acknowledged and ten deliveries, each counted once, as rates.
+    assert round(sum(tl["adds_ok_per_s"]) * tl["bin_seconds"]) == 10
+    assert round(sum(tl["deliveries_per_s"]) * tl["bin_seconds"]) == 10
+    assert {v for v in tl["add_latency_p50_ms"] if v is not None} == {10.0}
+    assert [(f["name"], f["start"], f["stop"], f["open"]) for f in tl["faults"]] == [
+        ("partition", 1.7, 3.2, False), ("latency", 4.0, 4.6, False),
+        ("never-healed", 5.0, 6.5, True)]
+    assert tl["faults"][1]["detail"] == {"link": "n1->n2", "ms": 500}
+    assert tl["drain"] == {"start": 6.0, "end": 6.5} and tl["heal"] == 6.0
+
+
+def test_json_and_html_files(tmp_path):
+    history, result = crafted(tmp_path)
+    write_reports(result, history, tmp_path / "r.json", tmp_path / "r.html")
+
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["meta"]["scenario"] == "crafted" and report["meta"]["seed"] == 7
+    assert report["figures"]["valid"] is True
+    assert report["figures"]["acknowledged"] == 10 and report["figures"]["lost"] == 0
+    assert report["figures"]["add_latency"]["p99"] == 0.01
+    assert report["timeline"] == json.loads(json.dumps(timeline(history)))
+
+    page = (tmp_path / "r.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "VALID" in page
+    # Self-contained: nothing to fetch (the only URL is the SVG namespace).
+    assert re.findall(r"https?://[^\"' ]+", page) == ["http://www.w3.org/2000/svg"]
+    assert "<script" not in page and "<link" not in page
+    assert "python -m chaos run --scenario crafted --seed 7" in page
+    assert f"python -m chaos check {history.path}" in page
+
+    svg = ET.fromstring(re.search(r"<svg .*?</svg>", page, re.S).group(0))
+    bands = [r for r in svg.iter(f"{SVG}rect") if r.get("class") == "fault-band"]
+    assert [b.get("data-fault") for b in bands] == ["partition", "latency", "never-healed"]
+    assert bands[0].find(f"{SVG}title").text.startswith("partition 1.70-3.20 s cut=n1|n2")
+    assert [r for r in svg.iter(f"{SVG}rect") if r.get("class") == "drain-band"]
+    series = {p.get("id") for p in svg.iter(f"{SVG}polyline")}
+    assert {"series-adds_ok_per_s", "series-deliveries_per_s", "series-add_latency_p50_ms",
+            "series-delivery_latency_p50_ms"} <= series
+    # Bands sit where their times are on the shared x axis.
+    x = [float(b.get("x")) for b in bands]
+    assert x[0] < x[1] < x[2]
+
+
+def test_html_marks_a_failed_run(tmp_path):
+    history, result = crafted(tmp_path, lose_one=True)
+    page = render_html(result, history, report_json(result, history))
+    assert '<span class="invalid">INVALID</span>' in page
+    assert "1 acknowledged add(s) never delivered (lost)" in page
+    assert re.search(r'<tr class="bad"><td>lost \(acked, never delivered\)</td><td>1</td>', page)
+    assert "Examples" in page
