@@ -68,10 +68,11 @@ from itertools import repeat
 import msgpack
 from crc32c import crc32c
 
-from broker.job import (
-    ACKED, ACTIVE, FLAG_DELIVERED, FLAG_DUMMY_ACK, JOB_ID_LEN, JOB_OVERHEAD, QUEUED, Job,
+from broker import lifecycle
+from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, FLAG_DUMMY_ACK, JOB_ID_LEN, QUEUED, SHARDS, Job, job_shard
+from broker.records import (  # noqa: F401  (part of this module's interface)
+    REC_ACK, REC_DEL, REC_DELIVERED, REC_FLUSHALL, REC_JOB_ROWS, REC_JOBS, RECORD_NAMES,
 )
-from broker.node import _B64_INDEX, SHARDS, job_shard
 
 MAGIC = b"\x89DSQAOF\n"
 VERSION = 1
@@ -81,14 +82,6 @@ REC_HEADER = struct.Struct("<III")
 REC_HEADER_SIZE = REC_HEADER.size              # 12
 _LEN_CRC = struct.Struct("<II")
 
-REC_JOBS = 0x4A         # 'J'
-REC_JOB_ROWS = 0x6A     # 'j'
-REC_DEL = 0x44          # 'D'
-REC_ACK = 0x41          # 'A'
-REC_DELIVERED = 0x52    # 'R'
-REC_FLUSHALL = 0x46     # 'F'
-RECORD_NAMES = {REC_JOBS: "job batches", REC_JOB_ROWS: "job rows", REC_DEL: "deletions", REC_ACK: "acks",
-                REC_DELIVERED: "deliveries", REC_FLUSHALL: "flushall"}
 
 MAX_JOBS_PER_RECORD = 1024
 MIN_JOBS_FOR_COLUMNS = 16
@@ -142,7 +135,7 @@ def _encode_job_batch(jobs: list) -> bytes:
         _col([j.retry for j in jobs]),
         _col([j.nacks for j in jobs]),
         _col([j.additional_deliveries for j in jobs]),
-        _col([j.qtime for j in jobs]),
+        _col([j.requeue_time for j in jobs]),
         nodes,
     ]
     return encode_record(b"J" + msgpack.packb(cols))
@@ -151,7 +144,7 @@ def _encode_job_batch(jobs: list) -> bytes:
 def _encode_job_rows(jobs: list) -> bytes:
     return encode_record(b"j" + msgpack.packb([
         [j.id, j.queue, j.body, j.state, j.flags, j.repl, j.etime, j.ctime, j.delay,
-         j.retry, j.nacks, j.additional_deliveries, j.qtime,
+         j.retry, j.nacks, j.additional_deliveries, j.requeue_time,
          list(j.nodes_delivered) if j.nodes_delivered else None] for j in jobs]))
 
 
@@ -452,10 +445,9 @@ class Loader:
     Acked jobs are not live: dropped, unless other nodes hold a copy (the cluster
     then finishes the ack GC). Expired jobs are dropped.
 
-    The loader writes into the node's registry directly (``job_shards``,
-    ``job_count``, ``jobs_memory``, ``timers``), mirroring Node.register_job and
-    Node.unregister_job, because one Python call per job saved is what makes a
-    million jobs load in a couple of seconds; it never logs anything back.
+    The loader decodes; broker/lifecycle.py's ``restore*`` functions register
+    (a whole record's jobs in one call: one Python call per job saved is what
+    makes a million jobs load in a couple of seconds); nothing is logged back.
     """
 
     def __init__(self, node, now: int, enqueue_once: bool = False) -> None:
@@ -499,9 +491,8 @@ class Loader:
         self._install()
         return torn
 
-    # -- records -------------------------------------------------------------
+    # -- records: decoded here, applied by broker/lifecycle.py -----------------
     def _apply_jobs(self, cols: list) -> None:
-        node = self.node
         now = self.now
         ids = cols[0]
         n = len(ids)
@@ -514,25 +505,10 @@ class Loader:
             raise ValueError("column length mismatch")
         repl = _column(cols[5], n)
         delay = _column(cols[8], n)
-        retry = cols[9]
-        qtime = cols[12]
+        retry = _column(cols[9], n)
+        qtime = _column(cols[12], n)
         etimes = self.etimes
         etime = [etimes.setdefault(e, e) for e in etime]
-        # Requeue times: the recorded one while it is ahead, else now + retry.
-        if retry == 0:
-            retry = repeat(0, n)
-            if qtime == 0:
-                qt = repeat(0, n)
-            else:
-                qt = [q if q > now else 0 for q in qtime]
-        else:
-            if len(retry) != n:
-                raise ValueError("column length mismatch")
-            nq = {r: node.shared_time(now, r) if r else 0 for r in set(retry)}
-            if qtime == 0:
-                qt = [nq[r] for r in retry]
-            else:
-                qt = [q if q > now else nq[r] for q, r in zip(qtime, retry)]
         has_acked = ACKED in state
         states = ([ACKED if s == ACKED else ACTIVE for s in state] if has_acked
                   else repeat(ACTIVE, n))
@@ -546,8 +522,6 @@ class Loader:
         if cols[11] != 0 and any(cols[11]):
             for j, v in zip(jobs, _column(cols[11], n)):
                 j.additional_deliveries = v
-        for j, v in zip(jobs, qt):
-            j.qtime = v
         nodes = cols[13]
         if nodes is not None:
             if len(nodes) != n:
@@ -557,109 +531,35 @@ class Loader:
                     j.nodes_delivered = set(nd)
         if self.enqueue_once and QUEUED in state:
             self.to_queue.extend(j for j, s in zip(jobs, state) if s == QUEUED)
-
-        # Register (Node.register_job without its per-call overhead).
-        shards = node.job_shards
-        idx = _B64_INDEX
-        if nodes is None and not has_acked and min(etime) > now:
-            # The common case, vectorised: no cluster holders, nothing acked or
-            # expired: every job goes in, woken at its requeue time or expiry.
-            for s, jid, job in zip([(idx[j[11]] << 6) | idx[j[12]] for j in ids], ids, jobs):
-                if shards[s].setdefault(jid, job) is not job:
-                    self._remove(shards[s], jid)
-                    shards[s][jid] = job
-            node.job_count += n
-            node.jobs_memory += sum(map(len, bodies)) + n * JOB_OVERHEAD
-            ws = [q if q and q < e else e for q, e in zip(qt if qt.__class__ is list
-                                                          else repeat(0, n), etime)]
-            timers = node.timers
-            if ws.count(ws[0]) == n:
-                timers.add_many(jobs, ws[0])
-            else:
-                add = timers.add
-                for job, w in zip(jobs, ws):
-                    add(job, w)
-            self.stats["jobs"] += n
-            return
-        schedule = node.schedule_job
-        added = 0
-        mem = 0
-        for jid, job in zip(ids, jobs):
-            shard = shards[(idx[jid[11]] << 6) | idx[jid[12]]]
-            if jid in shard:
-                self._remove(shard, jid)
-            if job.etime <= now:
-                self.stats["expired"] += 1
-                continue
-            if job.state == ACKED:
-                self.stats["acked"] += 1
-                if not job.nodes_delivered:
-                    continue        # acked here only: nothing left to do
-                job.qtime = now     # the cluster's ack GC picks it up
-            shard[jid] = job
-            added += 1
-            mem += len(job.body)
-            schedule(job)
-        node.job_count += added
-        node.jobs_memory += mem + added * JOB_OVERHEAD
+        plain = nodes is None and not has_acked and (not n or min(etime) > now)
+        if not plain:
+            self.stats["acked"] += sum(1 for j in jobs if j.state == ACKED and j.etime > now)
+        self.stats["expired"] += lifecycle.restore(self.node, jobs, qtime, now, plain)
         self.stats["jobs"] += n
 
-    def _remove(self, shard: dict, jid: bytes) -> None:
-        """Node.unregister_job for a job the loader registered (nothing is queued
-        while loading; its timer entry goes stale, which the wheel tolerates)."""
-        job = shard.pop(jid)
-        node = self.node
-        node.job_count -= 1
-        node.jobs_memory -= len(job.body) + JOB_OVERHEAD
-
     def _apply_del(self, ids: list) -> None:
-        shards = self.node.job_shards
         for jid in ids:
-            shard = shards[shard_of(jid)]
-            if jid in shard:
-                self._remove(shard, jid)
+            if lifecycle.restore_delete(self.node, jid):
                 self.stats["deleted"] += 1
 
     def _apply_ack(self, ids: list) -> None:
-        shards = self.node.job_shards
-        now = self.now
         for jid in ids:
-            shard = shards[shard_of(jid)]
-            job = shard.get(jid)
-            if job is None or job.state == ACKED:
-                continue
-            self.stats["acked"] += 1
-            if job.nodes_delivered:
-                job.state = ACKED
-                job.qtime = now
-                self.node.schedule_job(job)
-            else:
-                self._remove(shard, jid)
+            if lifecycle.restore_ack(self.node, jid, self.now):
+                self.stats["acked"] += 1
 
     def _apply_delivered(self, ids: list) -> None:
-        shards = self.node.job_shards
         for jid in ids:
-            job = shards[shard_of(jid)].get(jid)
-            if job is not None:
-                job.flags |= FLAG_DELIVERED
-                if job.retry == 0:
-                    job.qtime = 0
+            lifecycle.restore_delivered(self.node, jid)
 
     def _apply_flushall(self) -> None:
-        self.node.flushall()
+        lifecycle.flush_all(self.node, record=False)
         self.to_queue.clear()
         self.stats["flushall"] += 1
 
     def _install(self) -> None:
-        node = self.node
-        now = self.now
         if self.to_queue:
-            for job in self.to_queue:
-                if job.state == ACTIVE and node.is_registered(job):
-                    node.queue_job(job, now)
+            lifecycle.restore_queued(self.node, self.to_queue, self.now)
             self.to_queue = []
-        if node.timers.entries > 2 * node.job_count + 1024:
-            node.rebuild_timers()
         self.etimes = {}
 
 

@@ -7,9 +7,10 @@ no other code needs to know about it.
 
 The module is pure: nothing here touches sockets, the clock or (apart from
 ``Config.load_file`` / ``Config.from_argv``, which read the config file) the
-file system.  Reactions to a change (reopening the log, starting the AOF,
-``chdir`` for ``dir``...) belong to the server, which registers callbacks in
-``Config.validators`` / ``Config.listeners``.
+file system.  Reactions to a change (the cluster's node timeout, starting the
+AOF, ``chdir`` for ``dir``...) belong to whoever owns what changes; each
+registers a callback in ``Config.watchers``, the one route every change takes
+(see ``Config.set``).
 
 Parsing follows Redis on purpose, because operators reuse their habits and
 files: ``sdssplitargs`` quoting, case-insensitive directive names, memory units
@@ -660,19 +661,17 @@ class Config:
     proto_max_bulk_len: int
 
     config_file: str | None
-    # fn(name, new_value) -> None; raise ConfigError to refuse a CONFIG SET
-    # before anything changes (e.g. chdir failing for `dir`).
-    validators: list[Callable[[str, Any], None]]
-    # fn(name) -> None, called after set() stored a new value.
-    listeners: list[Callable[[str], None]]
+    # fn(name) -> None, called after set() stored a new value; raising
+    # ConfigError refuses the change (the old value is put back), e.g. chdir
+    # failing for `dir` or the AOF failing to start.
+    watchers: list[Callable[[str], None]]
 
     def __init__(self, **overrides: Any) -> None:
         for d in _TABLE:
             # Copies, so that no two configs (or the table) share a list/dict.
             setattr(self, d.attr, copy.deepcopy(d.default))
         self.config_file = None
-        self.validators = []
-        self.listeners = []
+        self.watchers = []
         by_attr = {d.attr for d in _TABLE}
         for attr, value in overrides.items():
             if attr not in by_attr and attr != "config_file":
@@ -800,7 +799,8 @@ class Config:
         return d
 
     def set(self, name: str, value: str, *, at_runtime: bool = True) -> None:
-        """CONFIG SET: validate, convert, store, then notify ``listeners``."""
+        """CONFIG SET: validate, convert, store, then tell the ``watchers`` (a
+        watcher raising ConfigError undoes the change)."""
         d = self._directive(name)
         if at_runtime and not d.runtime:
             raise ConfigError(f"Unsupported CONFIG parameter: {name} (it can't be "
@@ -810,11 +810,14 @@ class Config:
         except ValueError as e:
             raise ConfigError(f"Invalid argument '{value}' for CONFIG SET '{name}' - {e}",
                               reason=str(e)) from None
-        for validate in list(self.validators):
-            validate(d.name, new)
+        old = getattr(self, d.attr)
         setattr(self, d.attr, new)
-        for listener in list(self.listeners):
-            listener(d.name)
+        try:
+            for watch in list(self.watchers):
+                watch(d.name)
+        except ConfigError:
+            setattr(self, d.attr, old)
+            raise
 
     def render(self, name: str) -> str:
         """A directive's value as CONFIG GET shows it."""

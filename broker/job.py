@@ -70,6 +70,20 @@ def make_job_id(node_id: str, rnd144: int, ttl: int, retry: int) -> bytes:
     return b"%b%b-%04x" % (prefix, b2a_base64(rnd144.to_bytes(18, "big"), newline=False), ttl_min)
 
 
+# Job ids are spread over 4096 dicts by two chars of their random part, so JSCAN
+# can walk them with a stable integer cursor (SPEC: every job present for the
+# whole iteration is returned at least once) and the AOF rewrite a shard at a time.
+SHARDS = 4096
+B64_INDEX = bytearray(256)
+for _i, _c in enumerate(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"):
+    B64_INDEX[_c] = _i
+del _i, _c
+
+
+def job_shard(jid: bytes) -> int:
+    return (B64_INDEX[jid[11]] << 6) | B64_INDEX[jid[12]]
+
+
 def ttl_from_id(jid: bytes) -> int:
     """TTL in seconds encoded in an id (minutes, rounded down), used for dummy acks."""
     return int(jid[36:40], 16) * 60
@@ -90,7 +104,7 @@ class Job:
     __slots__ = (
         "id", "queue", "body", "state", "flags", "repl", "etime", "ctime", "delay",
         "retry", "nacks", "additional_deliveries", "nodes_delivered",
-        "nodes_confirmed", "qtime", "gc_retry",
+        "nodes_confirmed", "requeue_time", "gc_time", "gc_retry", "timer",
     )
 
     def __init__(self, jid: bytes, queue: bytes, body: bytes, state: int, repl: int,
@@ -111,9 +125,11 @@ class Job:
         # None on a lone node's job saves ~200 bytes a job: it means "just me".
         self.nodes_delivered = None
         self.nodes_confirmed = None
-        # Next (re)queue time in ms, 0 = none. For an acked job: next ack GC attempt.
-        self.qtime = 0
+        # Only broker/lifecycle.py assigns state and these times.
+        self.requeue_time = 0       # next (re)queue time, ms (DELAY or RETRY); 0 = none
+        self.gc_time = 0            # acked: next ack GC attempt, ms
         self.gc_retry = 0           # ack GC attempts so far (backoff exponent)
+        self.timer = None           # the timer-wheel bucket holding it (broker/timers.py)
 
     @property
     def state_name(self) -> bytes:
@@ -138,15 +154,16 @@ def job_to_fields(job: Job) -> list:
     return [
         job.id, job.queue, job.body, job.state, job.flags, job.repl, job.etime,
         job.ctime, job.delay, job.retry, job.nacks, job.additional_deliveries,
-        sorted(job.nodes_delivered) if job.nodes_delivered else None, job.qtime,
+        sorted(job.nodes_delivered) if job.nodes_delivered else None, job.requeue_time,
     ]
 
 
 def job_from_fields(f: list) -> Job:
+    """A copy from another node (fields as protocol/bus.py checked them); its state
+    and times are set by broker/lifecycle.py when the copy is adopted."""
     job = Job(bytes(f[0]), bytes(f[1]), bytes(f[2]), f[3], f[5], f[6], f[7], f[8], f[9])
     job.flags = f[4]
     job.nacks = f[10]
     job.additional_deliveries = f[11]
     job.nodes_delivered = set(f[12]) if f[12] else None
-    job.qtime = f[13]
     return job

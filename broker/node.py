@@ -2,10 +2,19 @@
 
 Inputs: ``handle_command(client, argv)``, ``tick()`` (and, with the cluster, bus
 messages). Outputs: the reply returned by handle_command (or BLOCKED, answered
-later), replies for other clients in ``outbox``, effects asked of the ``host``
-(the asyncio shell, or the simulator). Time comes from the injected ``clock``
-(integer ms), randomness from the injected ``rng``: nothing here reads the real
-clock, a socket or a file, so a whole cluster can run in one thread under test.
+later), replies for other clients in ``outbox``, AOF records in ``records``
+(broker/records.py), bus messages in the cluster's queue, and effects or
+queries asked of the ``host`` (Host below). server/driver.py carries them all.
+Time comes from the injected ``clock`` (integer ms), randomness from the
+injected ``rng``: nothing here reads the real clock, a socket or a file, so a
+whole cluster can run in one thread under test.
+
+A job's states and times change only in broker/lifecycle.py. The commands reach
+the Node as a table (``commands``, from broker/commands/), so the core imports
+none of them. An exception in our own code is a bug (``internal_error``): with
+``strict`` (tests, the simulator) it propagates and fails the run; otherwise it
+is logged with its traceback, counted (INFO ``internal_errors``) and the node
+keeps serving.
 """
 
 from __future__ import annotations
@@ -13,39 +22,19 @@ from __future__ import annotations
 import logging
 from heapq import heappop, heappush
 
+from broker import lifecycle
 from broker.client import Client
-from broker.commands import (
-    COMMANDS, COMMANDS_ANYCASE, F_DENYOOM, F_LOADING, F_NOAUTH, CommandError, dispatch_error,
-)
-from broker.job import (
-    ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_QUEUED_ONCE, JOB_OVERHEAD, QUEUED,
-    Job,
-)
-from broker.queue import PAUSED_IN, PAUSED_OUT, Queue
-from broker.timers import RESOLUTION_MS as TIMER_RESOLUTION_MS, TimerWheel
-from protocol.resp import NULL_ARRAY, Error
+from broker.dispatch import F_DENYOOM, F_LOADING, F_NOAUTH, CommandError, dispatch_error
+from broker.job import ACKED, ACTIVE, B64_INDEX, FLAG_DELIVERED, SHARDS, Job, job_shard
+from broker.queue import PAUSED_OUT, Queue
+from broker.timers import COMPACT_SLACK, RESOLUTION_MS as TIMER_RESOLUTION_MS, TimerWheel
+from protocol.resp import NULL_ARRAY, Error, Status
 
 log = logging.getLogger("broker.node")
 
 # Returned by handle_command when the reply will come later through the outbox.
 BLOCKED = object()
 
-# Job ids are spread over 4096 dicts by two chars of their random part, so JSCAN
-# can walk them with a stable integer cursor (SPEC: every job present for the
-# whole iteration is returned at least once).
-SHARDS = 4096
-_B64_INDEX = bytearray(256)
-for _i, _c in enumerate(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"):
-    _B64_INDEX[_c] = _i
-del _i, _c
-
-
-def job_shard(jid: bytes) -> int:
-    return (_B64_INDEX[jid[11]] << 6) | _B64_INDEX[jid[12]]
-
-
-WILLQUEUE_ADVANCE_MS = 500      # SPEC section 8: WILLQUEUE 500 ms before requeue
-REQUEUE_JITTER_MS = 250         # SPEC section 5: +-250 ms
 QUEUE_IDLE_GC_MS = 300_000      # empty queues collected after 300 s idle
 CRON_INTERVAL_MS = 100          # housekeeping (queue GC, eviction) at 10 Hz
 BASE_MEMORY = 2 * 1024 * 1024   # accounted fixed cost of a node
@@ -53,11 +42,11 @@ QUEUE_OVERHEAD = 1024
 
 
 class Host:
-    """Effects the core asks of whatever runs it. The defaults do nothing, which is
-    what a unit test or the simulator wants; broker/server.py overrides them."""
+    """Effects and facts the core asks of whatever runs it (the process, or the
+    simulator). The defaults do nothing, which is what a unit test wants;
+    server/process.py carries them out for real."""
 
     pid = 0
-    config_file_writable = False
 
     def shutdown(self, mode: str) -> None: ...
     def close_client(self, client: Client) -> None: ...
@@ -68,12 +57,18 @@ class Host:
     def restart(self) -> None: ...
     def rss(self) -> int: return 0
     def cpu(self) -> tuple[float, float]: return (0.0, 0.0)
-    def config_changed(self, name: str) -> None: ...
+    # The AOF file (server/aof.py): INFO persistence, BGREWRITEAOF, DEBUG LOADAOF.
+    def aof_info(self) -> list | None: return None     # INFO fields; None: AOF off
+    def bgrewriteaof(self) -> str:
+        raise CommandError("ERR AOF is not enabled")
+    def debug_loadaof(self) -> None:
+        raise CommandError("ERR AOF is not enabled")
 
 
 class Node:
     def __init__(self, config, clock, rng, host: Host | None = None,
-                 node_id: str | None = None, perf_us=None, perf_ns=None) -> None:
+                 node_id: str | None = None, perf_us=None, perf_ns=None,
+                 commands: dict | None = None, strict: bool = False) -> None:
         self.config = config
         self.clock = clock                  # () -> int ms
         # () -> int ns, for command timing (commandstats, slowlog). The shell
@@ -83,7 +78,15 @@ class Node:
         self.perf_ns = perf_ns
         self.rng = rng                      # random.Random
         self.host = host or Host()
-        self.myself_id = node_id or "%040x" % rng.getrandbits(160)
+        self.strict = strict
+        # Command table (broker/commands), also under upper-case names: the hot
+        # path finds "ADDJOB" with one dict hit, without a lower() first.
+        self.commands = dict(commands or {})
+        self.commands_anycase = {**self.commands,
+                                 **{n.upper(): c for n, c in self.commands.items()}}
+        # Our id and LEAVING flag belong to the cluster's node table when there is
+        # one (see the properties below); these serve a node without a cluster.
+        self._myself_id = node_id or "%040x" % rng.getrandbits(160)
         now = clock()
         self.start_time = now
         self.job_shards: list[dict] = [{} for _ in range(SHARDS)]
@@ -97,10 +100,13 @@ class Node:
         self.block_heap: list = []          # (deadline, client id)
         self.blocked_count = 0
         self.monitors: list[Client] = []
-        self.leaving = False
         self.loading = False
-        self.aof = None                     # persistence log, see broker/aof.py
-        self.cluster = None                 # cluster layer, see cluster/
+        # Persistence: records for the AOF while `persist` is on (the shell turns
+        # it on with the AOF); aof_error is the shell's last write error (MISCONF).
+        self.persist = False
+        self.records: list = []
+        self.aof_error: str | None = None
+        self.cluster = None                 # cluster layer, see cluster/cluster.py
         self._ctime_ms = 0
         self._ctime_seq = 0
         self._memo_time: dict = {}          # see shared_time
@@ -118,7 +124,30 @@ class Node:
             "requeued_jobs": 0,
             "total_net_input_bytes": 0,
             "total_net_output_bytes": 0,
+            "internal_errors": 0,
+            "malformed_bus_messages": 0,
         }
+
+    # ---------------------------------------------------------------- identity
+    @property
+    def myself_id(self) -> str:
+        c = self.cluster
+        return c.m.myself.id if c is not None else self._myself_id
+
+    @property
+    def leaving(self) -> bool:
+        c = self.cluster
+        return c is not None and c.m.leaving
+
+    # ------------------------------------------------------------------ errors
+    def internal_error(self, exc: BaseException, what: str) -> None:
+        """An exception in our own code: a bug. Strict (tests, the simulator):
+        re-raised, the run fails. Otherwise logged with its traceback and counted;
+        the caller carries on with the next input."""
+        if self.strict:
+            raise exc
+        self.stats["internal_errors"] += 1
+        log.error("Internal error in %s (a bug: please report it)", what, exc_info=exc)
 
     # ------------------------------------------------------------------ clients
     def new_client(self, addr: str = "", laddr: str = "", fd: int = -1) -> Client:
@@ -145,9 +174,10 @@ class Node:
         This is the hot path of every command: locals instead of repeated
         attribute lookups, and the checks that are almost always false first."""
         name = argv[0]
-        cmd = COMMANDS_ANYCASE.get(name) if name.__class__ is bytes else None
+        cmd = self.commands_anycase.get(name) if name.__class__ is bytes else None
         if cmd is None:  # mixed case, or not bytes
-            cmd = COMMANDS.get(name.lower() if name.__class__ is bytes else bytes(name).lower())
+            cmd = self.commands.get(name.lower() if name.__class__ is bytes
+                                    else bytes(name).lower())
         arity = cmd.arity if cmd is not None else 0
         if cmd is None or (len(argv) != arity if arity > 0 else len(argv) < -arity):
             return dispatch_error(cmd, argv)
@@ -162,11 +192,9 @@ class Node:
             if (maxmem and BASE_MEMORY + self.jobs_memory + len(self.queues) * QUEUE_OVERHEAD
                     >= maxmem and self.out_of_memory()):
                 return Error("OOM command not allowed when used memory > 'maxmemory'.")
-            aof = self.aof
-            if aof is not None and aof.last_write_status != "ok":
+            if self.aof_error is not None:
                 # As Redis: no new jobs while they cannot be logged (disk full...).
-                return Error(f"MISCONF Errors writing to the AOF file: "
-                             f"{aof.last_write_error}")
+                return Error(f"MISCONF Errors writing to the AOF file: {self.aof_error}")
         if self.monitors:
             self.feed_monitors(client, argv)
         perf_ns = self.perf_ns
@@ -175,8 +203,8 @@ class Node:
             reply = cmd.handler(self, client, argv)
         except CommandError as e:
             reply = e.reply
-        except Exception as e:  # a bug must not kill the connection loop
-            log.exception("error running %r", argv[:2])
+        except Exception as e:  # our bug, not the client's
+            self.internal_error(e, "command %r" % bytes(argv[0]))
             reply = Error(f"ERR internal error: {e.__class__.__name__}: {e}")
         ns = perf_ns() - start
         # cmdstats keeps nanoseconds (INFO shows usec): no division per command.
@@ -200,7 +228,6 @@ class Node:
         args = " ".join('"%s"' % a.decode("latin-1").replace("\\", "\\\\").replace('"', '\\"')
                         for a in argv)
         line = "%d.%06d [0 %s] %s" % (now // 1000, (now % 1000) * 1000, client.addr, args)
-        from protocol.resp import Status
         for m in self.monitors:
             if m is not client:
                 self.outbox.append((m, Status(line)))
@@ -214,11 +241,14 @@ class Node:
 
     # ------------------------------------------------------------- job registry
     def get_job(self, jid: bytes):
-        return self.job_shards[(_B64_INDEX[jid[11]] << 6) | _B64_INDEX[jid[12]]].get(jid)
+        return self.job_shards[(B64_INDEX[jid[11]] << 6) | B64_INDEX[jid[12]]].get(jid)
 
     def iter_jobs(self):
         for shard in self.job_shards:
             yield from shard.values()
+
+    def is_registered(self, job: Job) -> bool:
+        return self.job_shards[job_shard(job.id)].get(job.id) is job
 
     def new_ctime(self, now: int) -> int:
         """ms * 1e6 + a per-ms counter, so jobs created in one ms keep their order."""
@@ -244,57 +274,12 @@ class Node:
         memo[seconds] = (now, t)
         return t
 
-    def register_job(self, job: Job) -> None:
-        jid = job.id
-        shard = self.job_shards[(_B64_INDEX[jid[11]] << 6) | _B64_INDEX[jid[12]]]  # job_shard()
-        if jid not in shard:
-            self.job_count += 1
-            self.jobs_memory += len(job.body) + JOB_OVERHEAD
-        shard[jid] = job
-        self.timers.add(job, self.wake_time(job))   # schedule_job()
-
-    def unregister_job(self, job: Job) -> None:
-        shard = self.job_shards[job_shard(job.id)]
-        if shard.get(job.id) is not job:
-            return
-        if job.state == QUEUED:
-            self.dequeue_job(job)
-        del shard[job.id]
-        self.job_count -= 1
-        self.jobs_memory -= len(job.body) + JOB_OVERHEAD
-        if self.aof is not None:
-            self.aof.log_delete(job)
-        if self.cluster is not None:
-            self.cluster.job_deleted(job)
-        if self.timers.entries > 2 * self.job_count + 1024:
-            self.rebuild_timers()
-
-    def is_registered(self, job: Job) -> bool:
-        return self.job_shards[job_shard(job.id)].get(job.id) is job
+    def take_records(self) -> list:
+        """The AOF records produced since the last call (the shell writes them)."""
+        records, self.records = self.records, []
+        return records
 
     # ------------------------------------------------------------------- timers
-    def wake_time(self, job: Job) -> int:
-        """When the timer wheel must next look at a job, derived from its state."""
-        t = job.etime
-        state = job.state
-        if state == ACTIVE or state == ACKED:
-            q = job.qtime
-            if q:
-                if (state == ACTIVE and job.nodes_delivered
-                        and not job.flags & FLAG_BCAST_WILLQUEUE):
-                    q -= WILLQUEUE_ADVANCE_MS
-                if q < t:
-                    t = q
-        return t
-
-    def schedule_job(self, job: Job) -> None:
-        self.timers.add(job, self.wake_time(job))
-
-    def rebuild_timers(self) -> None:
-        self.timers.clear()
-        for job in self.iter_jobs():
-            self.schedule_job(job)
-
     def next_deadline(self):
         """Earliest time (ms) at which tick() has something to do."""
         t = self.next_cron
@@ -311,12 +296,18 @@ class Node:
 
     def tick(self) -> None:
         now = self.clock()
-        for job in self.timers.pop_due(now):
+        timers = self.timers
+        for job in timers.pop_due(now):
             if self.is_registered(job):
-                if self.wake_time(job) <= now:
-                    self.process_job(job, now)
+                if lifecycle.wake_time(job) <= now:
+                    try:
+                        lifecycle.process_due(self, job, now)
+                    except Exception as e:
+                        self.internal_error(e, "the timer of job %r" % job.id)
                 else:
-                    self.schedule_job(job)
+                    lifecycle.schedule(self, job)
+        if timers.entries > 2 * self.job_count + COMPACT_SLACK or timers.sweeping:
+            timers.compact()        # stale entries, a bounded slice per tick
         heap = self.block_heap
         while heap and heap[0][0] <= now:
             deadline, cid = heappop(heap)
@@ -332,89 +323,12 @@ class Node:
         if self.ready_queues:
             self.serve_ready_queues()
 
-    def process_job(self, job: Job, now: int) -> None:
-        """Disque's processJob: expire, (re)queue, or try the ack GC."""
-        if job.etime <= now:
-            self.stats["expired_jobs"] += 1
-            self.unregister_job(job)
-            return
-        state = job.state
-        if state == ACTIVE and job.qtime:
-            if job.qtime <= now:
-                q = self.queues.get(job.queue)
-                if q is not None and q.flags & PAUSED_IN:
-                    # Paused in: no requeue; try again one retry period later.
-                    job.qtime = now + max(job.retry, 1) * 1000
-                else:
-                    redelivery = job.flags & FLAG_DELIVERED
-                    if self.cluster is not None:
-                        self.cluster.before_requeue(job)
-                    if self.queue_job(job, now):
-                        if redelivery:
-                            job.additional_deliveries += 1
-                            self.stats["requeued_jobs"] += 1
-                    else:
-                        job.qtime = 0   # at-most-once job already delivered
-            elif self.cluster is not None and not job.flags & FLAG_BCAST_WILLQUEUE:
-                job.flags |= FLAG_BCAST_WILLQUEUE
-                self.cluster.send_willqueue(job)
-        elif state == ACKED and self.cluster is not None and job.qtime <= now:
-            self.cluster.try_job_gc(job, now)
-        if self.is_registered(job):
-            self.schedule_job(job)
-
-    # ---------------------------------------------------------------- acks
-    def ack_job(self, job: Job) -> None:
-        if job.state == QUEUED:
-            self.dequeue_job(job)
-        job.state = ACKED
-        job.qtime = self.clock()    # for an acked job: next GC attempt
-        job.nodes_confirmed = None  # from now on: holders that confirmed the ack
-        job.gc_retry = 0
-        if self.aof is not None:    # persistence: a reload must not make it live again
-            self.aof.log_ack(job)
-
-    def try_job_gc(self, job: Job) -> None:
-        """Delete an acked job once every holder knows (SPEC section 8). A job only
-        this node holds goes at once."""
-        if self.cluster is None or not job.nodes_delivered:
-            self.unregister_job(job)
-        else:
-            self.cluster.try_job_gc(job, self.clock())
-
     # ------------------------------------------------------------ queue ops
     def get_queue(self, name: bytes, create: bool = False):
         q = self.queues.get(name)
         if q is None and create:
             q = self.queues[name] = Queue(name, self.clock())
         return q
-
-    def queue_job(self, job: Job, now: int | None = None) -> bool:
-        """Put a job in its queue (Disque's queueJob). False if it is already
-        queued, or is an at-most-once job already delivered."""
-        if job.state == QUEUED or (job.retry == 0 and job.flags & FLAG_DELIVERED):
-            return False
-        if now is None:
-            now = self.clock()
-        job.state = QUEUED
-        job.flags |= FLAG_QUEUED_ONCE
-        # The requeue time runs from the moment of queueing; the jitter is
-        # added at delivery so that a burst of queued jobs shares one int.
-        job.qtime = self.shared_time(now, job.retry) if job.retry else 0
-        q = self.queues.get(job.queue)
-        if q is None:
-            q = self.queues[job.queue] = Queue(job.queue, now)
-        q.jobs.add(job)
-        q.atime = now
-        q.jobs_in += 1
-        if q.blocked and not q.flags & PAUSED_OUT:
-            self.ready_queues.append(q)
-        cluster = self.cluster
-        # Only jobs with other holders, or queues other nodes asked for, concern
-        # the cluster: a lone job skips the calls (hot path).
-        if cluster is not None and (job.nodes_delivered or cluster.interest):
-            cluster.job_queued(job)
-        return True
 
     def set_queue_pause(self, q: Queue, flags: int) -> None:
         was_out = q.flags & PAUSED_OUT
@@ -423,33 +337,6 @@ class Node:
         # Unpausing output lets blocked clients have what queued meanwhile.
         if was_out and not flags & PAUSED_OUT and q.blocked and q.jobs:
             self.ready_queues.append(q)
-
-    def dequeue_job(self, job: Job) -> bool:
-        if job.state != QUEUED:
-            return False
-        q = self.queues.get(job.queue)
-        if q is not None:
-            q.remove(job)
-        job.state = ACTIVE
-        return True
-
-    def fetch_job(self, q: Queue, now: int):
-        """Take the oldest job for delivery (Disque's queueFetchJob)."""
-        job = q.jobs.popleft()
-        if job is None:
-            return None
-        job.state = ACTIVE
-        job.flags |= FLAG_DELIVERED
-        if job.retry:
-            # Uniform in -250..250 like randint(), at a third of its cost.
-            job.qtime += int(self.rng.random() * (2 * REQUEUE_JITTER_MS + 1)) - REQUEUE_JITTER_MS
-            job.flags &= ~FLAG_BCAST_WILLQUEUE
-            self.timers.add(job, self.wake_time(job))   # schedule_job()
-        elif self.aof is not None:  # persistence: a delivered RETRY 0 job is never requeued
-            self.aof.log_delivered(job)
-        q.atime = now
-        q.jobs_out += 1
-        return job
 
     # --------------------------------------------------------------- blocking
     def block_client(self, client: Client, queues: list, timeout_ms: int,
@@ -487,7 +374,7 @@ class Node:
         for q in ready:
             while q.blocked and q.jobs and not q.flags & PAUSED_OUT:
                 c = q.blocked[0]
-                job = self.fetch_job(q, now)
+                job = lifecycle.deliver(self, q, now)
                 self.unblock_client(c)
                 self.outbox.append((c, [job_reply(job, c.block_withcounters)]))
 
@@ -537,7 +424,7 @@ class Node:
                    if j.state == ACKED
                    or (j.retry == 0 and j.state == ACTIVE and j.flags & FLAG_DELIVERED)]
         for j in victims:
-            self.unregister_job(j)
+            lifecycle.delete(self, j)
         self.stats["evicted_jobs"] += len(victims)
         for name, q in list(self.queues.items()):
             if q.is_collectable():
@@ -551,16 +438,6 @@ class Node:
             return 1
         return self.cluster.reachable_count()
 
-    def flushall(self) -> None:
-        for shard in self.job_shards:
-            shard.clear()
-        self.job_count = 0
-        self.jobs_memory = 0
-        self.timers.clear()
-        for q in self.queues.values():
-            q.jobs.clear()
-        self.queues = {name: q for name, q in self.queues.items() if q.blocked}
-
 
 def job_reply(job: Job, withcounters: bool = False) -> list:
     if withcounters:
@@ -568,5 +445,3 @@ def job_reply(job: Job, withcounters: bool = False) -> list:
                 b"additional-deliveries", job.additional_deliveries]
     return [job.queue, job.id, job.body]
 
-
-import broker.commands.families  # noqa: E402,F401  (registers the commands)

@@ -15,21 +15,11 @@ or every node answered that it does not know the job.
 
 from __future__ import annotations
 
-from broker.job import (
-    ACKED, FLAG_DUMMY_ACK, Job, id_is_at_least_once, ttl_from_id,
-)
+from broker import lifecycle
+from broker.job import ACKED, FLAG_DUMMY_ACK, id_is_at_least_once, ttl_from_id
+from broker.lifecycle import GC_FIRST_MS
+from cluster import replication
 from protocol import bus as B
-
-GC_FIRST_MS = 1000
-GC_MAX_MS = 180_000
-
-
-def _schedule_next_attempt(node, job, now: int) -> None:
-    backoff = min(GC_FIRST_MS << min(job.gc_retry, 20), GC_MAX_MS)
-    job.gc_retry += 1
-    job.qtime = now + backoff + node.rng.randint(0, backoff // 4)
-    if node.is_registered(job):
-        node.schedule_job(job)
 
 
 def _other_nodes(cluster) -> list:
@@ -48,22 +38,22 @@ def try_job_gc(cluster, job, now: int) -> None:
             _drop_dummy(cluster, job)
             return
         cluster.send_many(targets, B.SETACK, [job.id, 0])
-        _schedule_next_attempt(node, job, now)
+        lifecycle.gc_backoff(node, job, now)
         return
     others = cluster.others_of(job)
     confirmed = job.nodes_confirmed or ()
     missing = [n for n in others if n not in confirmed]
     if not missing:
         cluster.send_many(others, B.DELJOB, job.id)
-        node.unregister_job(job)
+        lifecycle.delete(node, job)
         return
     cluster.send_many(missing, B.SETACK, [job.id, len(job.nodes_delivered)])
-    _schedule_next_attempt(node, job, now)
+    lifecycle.gc_backoff(node, job, now)
 
 
 def _drop_dummy(cluster, job) -> None:
     cluster.dummy_acks.pop(job.id, None)
-    cluster.node.unregister_job(job)
+    lifecycle.delete(cluster.node, job)
 
 
 def ack_unknown_job(cluster, jid: bytes) -> None:
@@ -72,16 +62,12 @@ def ack_unknown_job(cluster, jid: bytes) -> None:
     if len(cluster.m.known_ids()) <= 1 or node.leaving or not id_is_at_least_once(jid):
         return
     now = node.clock()
-    job = Job(jid, b"", b"", ACKED, 0, now + max(ttl_from_id(jid), 60) * 1000,
-              node.new_ctime(now), 0, 0)
-    job.flags |= FLAG_DUMMY_ACK
-    job.qtime = now
-    node.register_job(job)
+    job = lifecycle.add_dummy_ack(node, jid, max(ttl_from_id(jid), 60), now)
     try_job_gc(cluster, job, now)
 
 
 def on_setack(cluster, sender: str, payload, now: int) -> None:
-    jid, may_have = bytes(payload[0]), payload[1]
+    jid, may_have = payload
     node = cluster.node
     job = node.get_job(jid)
     if job is None:
@@ -90,10 +76,8 @@ def on_setack(cluster, sender: str, payload, now: int) -> None:
         return
     dummy = bool(job.flags & FLAG_DUMMY_ACK)
     if job.state != ACKED:
-        node.ack_job(job)
         # The sender collects; we take over only if it does not finish.
-        job.qtime = now + GC_FIRST_MS
-        node.schedule_job(job)
+        lifecycle.ack(node, job, now, gc_in=GC_FIRST_MS)
     cluster.send(sender, B.GOTACK, [jid, 0 if dummy else 1])
     if not dummy and len(job.nodes_delivered or ()) > may_have:
         # We know holders the sender does not (or it holds a dummy ack): collect now.
@@ -101,7 +85,7 @@ def on_setack(cluster, sender: str, payload, now: int) -> None:
 
 
 def on_gotack(cluster, sender: str, payload, now: int) -> None:
-    jid, known = bytes(payload[0]), payload[1]
+    jid, known = payload
     node = cluster.node
     job = node.get_job(jid)
     if job is None or job.state != ACKED:
@@ -122,16 +106,19 @@ def on_gotack(cluster, sender: str, payload, now: int) -> None:
     others = cluster.others_of(job)
     if all(n in job.nodes_confirmed for n in others):
         cluster.send_many(others, B.DELJOB, jid)
-        node.unregister_job(job)
+        lifecycle.delete(node, job)
 
 
 def on_deljob(cluster, sender: str, jid, now: int) -> None:
     node = cluster.node
-    job = node.get_job(bytes(jid))
+    job = node.get_job(jid)
     if job is not None:
         cluster.dummy_acks.pop(job.id, None)
-        node.unregister_job(job)
-    cluster.tombstone(bytes(jid))
+        lifecycle.delete(node, job)
+    elif jid in cluster.pending:
+        # An ADDJOB of ours replicated externally (no copy here) ends too.
+        replication.abort(cluster, cluster.pending[jid], replication.NOREPL_REMOVED)
+    cluster.tombstone(jid)
 
 
 def fastack(cluster, jid: bytes, job) -> None:

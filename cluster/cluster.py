@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 
+from broker import lifecycle
 from broker.job import FLAG_BCAST_QUEUED
 from cluster import acks, federation, replication, requeue
 from cluster.membership import Membership, NodeEvent, SaveConfig, Send
@@ -49,6 +50,15 @@ HANDLERS = {
 }
 
 
+def announced_address(config) -> tuple[str, int, int]:
+    """(ip, port, bus port) peers are told: the announce directives when set."""
+    ip = config.cluster_announce_ip
+    if not ip and config.bind and config.bind[0] not in ("0.0.0.0", "::", "*"):
+        ip = config.bind[0]
+    return (ip or "", config.cluster_announce_port or config.port,
+            config.cluster_announce_bus_port or config.effective_bus_port)
+
+
 class Cluster:
     def __init__(self, node, membership: Membership) -> None:
         self.node = node
@@ -67,6 +77,7 @@ class Cluster:
         self.next_membership_tick = 0
         self.events: list[NodeEvent] = []
         node.cluster = self
+        node.config.watchers.append(self.config_changed)
 
     # ------------------------------------------------------------- plumbing
     @property
@@ -78,6 +89,37 @@ class Cluster:
             if isinstance(o, NodeEvent):
                 self.on_event(o)
             self.out.append(o)
+
+    # ----------------------------------------------- admin (CLUSTER ..., CONFIG SET)
+    # Membership changes go through here, so their outputs join the others.
+    def meet(self, ip: str, bus_port: int, now: int) -> None:
+        self._collect(self.m.meet(ip, bus_port, now))
+
+    def forget(self, node_id: str, now: int) -> None:
+        self._collect(self.m.forget(node_id, now))
+
+    def reset(self, hard: bool, now: int) -> None:
+        """CLUSTER RESET: forget every node; HARD also drops every job and takes
+        a new id."""
+        if hard:
+            lifecycle.flush_all(self.node)
+        else:
+            replication.abort_all(self, replication.NOREPL_REMOVED)
+        self.pending.clear()            # ASYNC ones too: no peer left to confirm
+        self._collect(self.m.reset(hard, now=now))
+
+    def set_leaving(self, leaving: bool, now: int) -> None:
+        if leaving and not self.m.leaving:
+            # A leaving node holds no new copies: ADDJOBs waiting for theirs end.
+            replication.abort_all(self, replication.NOREPL_LEAVING)
+        self._collect(self.m.set_leaving(leaving, now))
+
+    def config_changed(self, name: str) -> None:
+        """Config watcher: directives the cluster layer applies at run time."""
+        if name == "cluster-node-timeout":
+            self.m.node_timeout = self.node.config.cluster_node_timeout
+        elif name.startswith("cluster-announce"):
+            self._collect(self.m.set_address(*announced_address(self.node.config)))
 
     def save_config(self):
         return SaveConfig(self.m.to_nodes_conf())
@@ -158,6 +200,14 @@ class Cluster:
         m = self.m
         self._collect(m.handle_message(link, msg, now))
         mtype = msg.type
+        if msg.malformed:
+            # Payloads protocol/bus.py rejected: the peer's fault, only those
+            # messages are dropped.
+            self.node.stats["malformed_bus_messages"] += msg.malformed
+            log.warning("Dropped %d malformed %s message(s) from %s", msg.malformed,
+                        msg.type_name, msg.sender)
+            if mtype != B.BATCH:
+                return
         if mtype >= B.FIRST_JOB_TYPE and m.is_known(msg.sender):
             sender = msg.sender
             if mtype == B.BATCH:
@@ -176,18 +226,23 @@ class Cluster:
             self.node.serve_ready_queues()
 
     def _run(self, handler, sender: str, mtype: int, payload, now: int) -> None:
-        """One job-layer message. A payload this node cannot use (a peer with a
-        bug, or another version) drops that message only: the rest of the batch,
-        the link and the node carry on."""
+        """One job-layer message, of the shape its type has (protocol/bus.py
+        checked it). An exception here is our bug (Node.internal_error): it fails
+        a test or a simulation; in production it is logged and counted, and the
+        rest of the batch is still handled."""
         try:
             handler(self, sender, payload, now)
-        except (TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
-            log.warning("Dropped a malformed %s from %s: %r",
-                        B.TYPE_NAMES.get(mtype, mtype), sender, e)
+        except Exception as e:
+            self.node.internal_error(e, "the %s handler" % B.TYPE_NAMES.get(mtype, mtype))
 
     def job_deleted(self, job) -> None:
         if job.nodes_delivered:
             self.tombstone(job.id)
+        if self.pending:
+            replication.job_deleted(self, job)
+
+    def jobs_flushed(self) -> None:
+        replication.jobs_flushed(self)
 
     def tombstone(self, jid: bytes) -> None:
         t = self.tombstones
@@ -236,8 +291,8 @@ class Cluster:
     def before_requeue(self, job) -> None:
         job.flags |= FLAG_BCAST_QUEUED      # a timer requeue is announced (QUEUED)
 
-    def send_willqueue(self, job) -> None:
-        requeue.send_willqueue(self, job)
+    def send_willqueue(self, job) -> int:
+        return requeue.send_willqueue(self, job)
 
     def broadcast_working(self, job) -> None:
         self.send_many(self.others_of(job), B.WORKING, job.id)
@@ -249,6 +304,10 @@ class Cluster:
         acks.ack_unknown_job(self, jid)
 
     def fastack(self, jid: bytes, job) -> None:
+        p = self.pending.get(jid)
+        if p is not None and p.external:
+            # No copy here to delete: the pending ADDJOB ends all the same.
+            replication.abort(self, p, replication.NOREPL_REMOVED)
         acks.fastack(self, jid, job)
 
     def need_jobs(self, q, count: int, now: int) -> None:

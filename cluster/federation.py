@@ -11,7 +11,8 @@ so a consumer on A gets jobs produced on B within milliseconds.
 
 from __future__ import annotations
 
-from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, job_from_fields, job_to_fields
+from broker import lifecycle
+from broker.job import job_to_fields
 from broker.queue import PAUSED_OUT
 from protocol import bus as B
 
@@ -80,20 +81,10 @@ def _take_jobs(cluster, q, count: int, receiver: str, now: int) -> list:
     out = []
     while len(out) < count and q.jobs:
         job = q.jobs.pop(0)
-        job.state = ACTIVE
         q.jobs_out += 1
         fields = job_to_fields(job)
-        if job.retry == 0:
-            fields[12] = None
-            node.unregister_job(job)        # at most once: it leaves us
-        else:
-            if job.nodes_delivered is None:
-                job.nodes_delivered = {cluster.myself_id}
-            job.nodes_delivered.add(receiver)
-            fields[12] = sorted(job.nodes_delivered)
-            job.qtime = now + job.retry * 1000
-            job.flags |= FLAG_DELIVERED     # our requeue would be a redelivery
-            node.schedule_job(job)
+        lifecycle.take_for_peer(node, job, receiver, now)
+        fields[12] = sorted(job.nodes_delivered) if job.retry else None
         out.append(fields)
     q.atime = now
     return out
@@ -132,29 +123,16 @@ def push_to_interested(cluster, q, now: int) -> bool:
 
 def on_yourjobs(cluster, sender: str, jobs, now: int) -> None:
     node = cluster.node
-    me = cluster.myself_id
     imported = 0
     q = None
     cluster.importing = True    # imported jobs are not pushed on to other askers
     for fields in jobs:
-        jid = bytes(fields[0])
-        job = node.get_job(jid)
-        if job is None:
-            if cluster.is_tombstoned(jid):
-                continue
-            job = job_from_fields(fields)
-            job.state = ACTIVE
-            if job.retry:
-                job.nodes_delivered = set(job.nodes_delivered or ()) | {sender, me}
-            else:
-                job.nodes_delivered = None
-            job.nodes_confirmed = None
-            node.register_job(job)
-            if node.aof is not None:
-                node.aof.log_job(job)
-        elif job.state == ACKED:
+        if cluster.is_tombstoned(fields[0]) and node.get_job(fields[0]) is None:
             continue
-        if node.queue_job(job, now):
+        job = lifecycle.adopt_moved(node, fields, sender, now)
+        if job is None:
+            continue
+        if lifecycle.queue(node, job, now):
             imported += 1
         q = node.queues.get(job.queue)
     cluster.importing = False

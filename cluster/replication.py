@@ -12,10 +12,9 @@ copies are confirmed one holder is told to queue the job (ENQUEUE).
 
 from __future__ import annotations
 
-from broker.job import (
-    ACKED, ACTIVE, FLAG_DELIVERED, QUEUED, WAIT_REPL, job_from_fields, job_to_fields,
-)
-from broker.node import BLOCKED, REQUEUE_JITTER_MS
+from broker import lifecycle
+from broker.job import ACKED, QUEUED, WAIT_REPL, job_to_fields
+from broker.node import BLOCKED
 from broker.queue import PAUSED_IN
 from protocol import bus as B
 from protocol.resp import Error, Status
@@ -23,6 +22,13 @@ from protocol.resp import Error, Status
 WIDEN_EVERY_MS = 50
 NOREPL_TIMEOUT = Error("NOREPL Timeout reached before replicating to the requested "
                        "number of nodes")
+# Disque's words when a job waiting for its copies is deleted (TTL, DELJOB,
+# FASTACK, DEBUG FLUSHALL, CLUSTER RESET): the producer must never get the id.
+NOREPL_REMOVED = Error("NOREPL job removed (expired?) before the requested replication "
+                       "level was achieved")
+NOREPL_LEAVING = Error("NOREPL Not enough reachable nodes for the requested replication "
+                       "level, since I'm unable to hold a copy of the message for the "
+                       "following reason: I'm leaving the cluster")
 
 
 class PendingAdd:
@@ -57,24 +63,13 @@ def replicate_new_job(cluster, client, job, timeout: int, is_async: bool, extern
                    is_async, external, now + WIDEN_EVERY_MS)
     cluster.pending[job.id] = p
     if not external:
-        node.register_job(job)          # WAIT_REPL until confirmed (or ASYNC below)
+        lifecycle.add_pending(node, job)    # wait-repl until confirmed (or ASYNC below)
     cluster.send_many(chosen, B.REPLJOB, job_to_fields(job))
     if is_async:
         if not external:
-            _activate(node, job, now)
+            lifecycle.activate(node, job, now)
         return Status(job.id.decode())
     return BLOCKED
-
-
-def _activate(node, job, now: int) -> None:
-    """The job is now live here: log it and queue it unless delayed."""
-    job.state = ACTIVE
-    if node.aof is not None:
-        node.aof.log_job(job)
-    if not job.delay:
-        node.queue_job(job, now)
-    else:
-        node.schedule_job(job)
 
 
 def _achieved(cluster, p: PendingAdd, now: int) -> None:
@@ -86,9 +81,56 @@ def _achieved(cluster, p: PendingAdd, now: int) -> None:
         target = node.rng.choice(sorted(job.nodes_confirmed))
         cluster.send(target, B.ENQUEUE, job.id)
     elif not p.is_async:
-        _activate(node, job, now)
+        lifecycle.activate(node, job, now)
     if p.client is not None:
         node.outbox.append((p.client, Status(job.id.decode())))
+
+
+def abort(cluster, p: PendingAdd, reply) -> None:
+    """End a pending ADDJOB before its copies are confirmed: the waiting client
+    gets `reply` (an error, never the id), the copies made are deleted (DELJOB,
+    best effort), and ours."""
+    job = p.job
+    node = cluster.node
+    cluster.pending.pop(job.id, None)
+    cluster.send_many(cluster.others_of(job), B.DELJOB, job.id)
+    if not p.external and node.is_registered(job):
+        lifecycle.delete(node, job)
+    if p.client is not None:
+        node.outbox.append((p.client, reply))
+
+
+def abort_all(cluster, reply) -> None:
+    """Every pending ADDJOB still waiting for its client (CLUSTER RESET, the node
+    starting to leave); ASYNC ones, answered already, are left to finish."""
+    for p in [p for p in cluster.pending.values() if p.client is not None]:
+        abort(cluster, p, reply)
+
+
+def job_deleted(cluster, job) -> None:
+    """Our copy of a job was deleted (TTL, DELJOB, FASTACK, ack GC...). If its
+    ADDJOB is still pending, it ends here: acked already, the job was accepted
+    (as Disque on SETACK); otherwise the client gets -NOREPL."""
+    p = cluster.pending.get(job.id)
+    if p is None or p.job is not job:
+        return
+    del cluster.pending[job.id]
+    if p.client is None:
+        return                          # ASYNC: answered at once
+    if job.state == ACKED:
+        cluster.node.outbox.append((p.client, Status(job.id.decode())))
+        return
+    cluster.send_many(cluster.others_of(job), B.DELJOB, job.id)
+    cluster.node.outbox.append((p.client, NOREPL_REMOVED))
+
+
+def jobs_flushed(cluster) -> None:
+    """DEBUG FLUSHALL, CLUSTER RESET HARD: every job goes, pending ones too."""
+    for p in list(cluster.pending.values()):
+        del cluster.pending[p.job.id]
+        if p.client is not None:
+            cluster.send_many(cluster.others_of(p.job), B.DELJOB, p.job.id)
+            cluster.node.outbox.append((p.client, NOREPL_REMOVED))
 
 
 def on_gotjob(cluster, sender: str, jid, now: int) -> None:
@@ -108,12 +150,16 @@ def tick(cluster, now: int) -> None:
     node = cluster.node
     for p in list(cluster.pending.values()):
         job = p.job
-        if job.state == ACKED or (not p.external and not node.is_registered(job)):
-            # A replica was delivered, processed and acked (or fast-acked) before
-            # we heard enough GOTJOBs: the job was accepted, say so.
+        if job.state == ACKED:
+            # A replica was delivered, processed and acked before we heard
+            # enough GOTJOBs: the job was accepted, say so.
             del cluster.pending[job.id]
             if p.client is not None:
                 node.outbox.append((p.client, Status(job.id.decode())))
+            continue
+        if job.etime <= now:
+            # Expired first (a copy held elsewhere only: ours expires by its timer).
+            abort(cluster, p, NOREPL_REMOVED)
             continue
         if p.deadline and now >= p.deadline:
             del cluster.pending[job.id]
@@ -121,7 +167,7 @@ def tick(cluster, now: int) -> None:
                 continue                # live job: stop widening, keep it
             cluster.send_many(cluster.others_of(job), B.DELJOB, job.id)
             if not p.external:
-                node.unregister_job(job)
+                lifecycle.delete(node, job)
             if p.client is not None:
                 node.outbox.append((p.client, NOREPL_TIMEOUT))
             continue
@@ -140,42 +186,13 @@ def on_repljob(cluster, sender: str, fields, now: int) -> None:
     node = cluster.node
     if node.leaving or node.loading or node.memory_level() >= 1:
         return
-    jid = bytes(fields[0])
-    q = node.queues.get(bytes(fields[1]))
+    jid = fields[0]
+    q = node.queues.get(fields[1])
     if q is not None and q.flags & PAUSED_IN:
         return
-    job = node.get_job(jid)
-    if job is None:
-        if jid in cluster.tombstones:   # cluster.is_tombstoned(jid), inlined
-            return                      # a late REPLJOB for a job already collected
-        job = job_from_fields(fields)
-        job.state = ACTIVE
-        # Our retry timer fires only if the copy queued elsewhere was not acked
-        # in time: queueing it then is a redelivery (additional-deliveries).
-        job.flags = FLAG_DELIVERED if job.retry else 0
-        # The sender's list already names it when it keeps a copy; an external
-        # replication (no copy there) must not list it.
-        nd = job.nodes_delivered         # a fresh set (or None) of our own
-        if nd is None:
-            job.nodes_delivered = {cluster.myself_id}
-        else:
-            nd.add(cluster.myself_id)
-        job.nodes_confirmed = None
-        # If the node that queues it dies, we queue it after the delay + retry,
-        # counted from now: replication itself may take a while.
-        if job.retry:
-            created = job.ctime // 1_000_000
-            start = max(now, created + job.delay * 1000)
-            # Uniform in [-JITTER, +JITTER] (as randint, in one C call).
-            jitter = int(node.rng.random() * (2 * REQUEUE_JITTER_MS + 1)) - REQUEUE_JITTER_MS
-            job.qtime = start + job.retry * 1000 + jitter
-        else:
-            job.qtime = 0
-        node.register_job(job)
-        if node.aof is not None:
-            node.aof.log_job(job)
-    else:
-        job.nodes_delivered = (job.nodes_delivered or {cluster.myself_id}) | set(fields[12] or ())
+    if jid in cluster.tombstones and node.get_job(jid) is None:
+        return                          # a late REPLJOB for a job already collected
+    lifecycle.adopt_replica(node, fields, now)
     cluster.send(sender, B.GOTJOB, jid)
 
 
@@ -185,12 +202,7 @@ def on_enqueue(cluster, sender: str, jid, now: int) -> None:
     job = node.get_job(jid)
     if job is None or job.state in (ACKED, QUEUED, WAIT_REPL):
         return
-    created = job.ctime // 1_000_000
-    if job.delay and created + job.delay * 1000 > now:
-        job.qtime = created + job.delay * 1000
-        node.schedule_job(job)
-    else:
-        node.queue_job(job, now)
+    lifecycle.enqueue_after_delay(node, job, now)
 
 
 def client_closed(cluster, client) -> None:

@@ -9,8 +9,8 @@ sender wins the fixed comparison (greater node id), so usually one node queues i
 
 from __future__ import annotations
 
-from broker.job import ACKED, FLAG_BCAST_QUEUED, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, QUEUED
-from broker.node import REQUEUE_JITTER_MS
+from broker import lifecycle
+from broker.job import ACKED, FLAG_BCAST_QUEUED, FLAG_DELIVERED, QUEUED
 from protocol import bus as B
 
 
@@ -21,13 +21,16 @@ from protocol import bus as B
 REQUEUE_STAGGER_MS = 600
 
 
-def send_willqueue(cluster, job) -> None:
+def send_willqueue(cluster, job) -> int:
+    """WILLQUEUE to the other holders; returns how much later than planned we
+    re-queue (the stagger behind the reachable holders with smaller ids)."""
     others = cluster.others_of(job)
-    if others:
-        cluster.send_many(others, B.WILLQUEUE, job.id)
-        reachable = set(cluster.m.reachable_ids())
-        ahead = sum(1 for n in others if n in reachable and n < cluster.myself_id)
-        job.qtime += ahead * REQUEUE_STAGGER_MS
+    if not others:
+        return 0
+    cluster.send_many(others, B.WILLQUEUE, job.id)
+    reachable = set(cluster.m.reachable_ids())
+    ahead = sum(1 for n in others if n in reachable and n < cluster.myself_id)
+    return ahead * REQUEUE_STAGGER_MS
 
 
 def job_queued(cluster, job) -> None:
@@ -47,12 +50,6 @@ def queued_payload(job) -> list:
     return [job.id, job.nacks, job.additional_deliveries]
 
 
-def _postpone(node, job, now: int) -> None:
-    job.qtime = now + job.retry * 1000 + node.rng.randint(-REQUEUE_JITTER_MS, REQUEUE_JITTER_MS)
-    job.flags &= ~FLAG_BCAST_WILLQUEUE
-    node.schedule_job(job)
-
-
 def on_willqueue(cluster, sender: str, jid, now: int) -> None:
     node = cluster.node
     job = node.get_job(jid)
@@ -66,23 +63,18 @@ def on_willqueue(cluster, sender: str, jid, now: int) -> None:
 
 def on_queued(cluster, sender: str, payload, now: int) -> None:
     node = cluster.node
-    jid, nacks, deliveries = bytes(payload[0]), payload[1], payload[2]
+    jid, nacks, deliveries = payload
     job = node.get_job(jid)
     if job is None or job.state == ACKED:
         return
-    job.nacks = max(job.nacks, nacks)
-    job.additional_deliveries = max(job.additional_deliveries, deliveries)
+    lifecycle.merge_counters(job, nacks, deliveries)
     if job.nodes_delivered is not None:
         job.nodes_delivered.add(sender)
-    if job.state == QUEUED:
-        if sender > cluster.myself_id:
-            node.dequeue_job(job)
-        else:
-            # We win: tell the sender, which then drops its queued copy.
-            cluster.send(sender, B.QUEUED, queued_payload(job))
-            return
-    if job.retry:
-        _postpone(node, job, now)
+    if job.state == QUEUED and sender < cluster.myself_id:
+        # We win: tell the sender, which then drops its queued copy.
+        cluster.send(sender, B.QUEUED, queued_payload(job))
+        return
+    lifecycle.postpone(node, job, now)
 
 
 def on_working(cluster, sender: str, jid, now: int) -> None:
@@ -91,7 +83,4 @@ def on_working(cluster, sender: str, jid, now: int) -> None:
     job = node.get_job(jid)
     if job is None or job.state == ACKED:
         return
-    if job.state == QUEUED:
-        node.dequeue_job(job)
-    if job.retry:
-        _postpone(node, job, now)
+    lifecycle.postpone(node, job, now)

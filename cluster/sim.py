@@ -12,16 +12,22 @@ between processes) so the same seed replays the same trace, byte for byte, in an
 process. A failing test prints its seed; re-run it with that seed to replay it.
 
 The simulator is generic over the node: anything following :class:`SimNode`
-(the :class:`~cluster.membership.Membership` today, the broker ``Node`` later). The
-only outputs it interprets are :class:`~cluster.membership.Send` (routed by address),
-:class:`~cluster.membership.SaveConfig` (kept as the host's nodes.conf, given back to
-the factory on restart) and :class:`~cluster.membership.DropLink` (forgets the
-simulated connection); everything else is handed to the observers and,
-for :class:`~cluster.membership.NodeEvent`, recorded in the trace.
+(a bare :class:`~cluster.membership.Membership`, or a whole broker node:
+server/sim_node.py). The only outputs it interprets are
+:class:`~cluster.membership.Send` (routed by address), :class:`~cluster.membership.SaveConfig`
+(kept as the host's nodes.conf, given back to the factory on restart) and
+:class:`~cluster.membership.DropLink` (forgets the simulated connection); everything
+else is handed to the observers and, for :class:`~cluster.membership.NodeEvent`,
+recorded in the trace.
+
+Each host has a :class:`SimDisk` for its AOF: what was written survives a crash
+only once fsynced, and writes can be made to fail. Nodes report broken
+invariants they can see themselves in ``Simulation.violations``.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import heapq
 import random
@@ -29,9 +35,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from broker.aof_format import file_header
 from cluster.membership import (
     DropLink, Link, Membership, NodeEvent, SaveConfig, Send, random_node_id,
 )
+from protocol.bus import decode_body, encode_body
 
 __all__ = [
     "SimNode", "NetworkConfig", "SimHost", "Simulation", "membership_factory",
@@ -72,6 +80,48 @@ class NetworkConfig:
 
 
 @dataclass(eq=False)
+class SimDisk:
+    """A host's disk, holding its AOF: chunks written (``write``) are durable once
+    fsynced; a crash loses the rest. ``fail_writes`` makes writes fail (disk
+    full); ``fatal`` is set by a writer that must stop the process (a failed
+    write under appendfsync always): the simulator then crashes the host."""
+
+    synced: list = field(default_factory=list)
+    unsynced: list = field(default_factory=list)
+    synced_ids: set = field(default_factory=set)
+    unsynced_ids: set = field(default_factory=set)
+    fail_writes: bool = False
+    fatal: bool = False
+
+    def write(self, data: bytes, job_ids=()) -> None:
+        if self.fail_writes:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.unsynced.append(data)
+        self.unsynced_ids.update(job_ids)
+
+    def fsync(self) -> None:
+        if self.unsynced:
+            self.synced += self.unsynced
+            self.synced_ids |= self.unsynced_ids
+            self.unsynced = []
+            self.unsynced_ids = set()
+
+    def crash(self) -> None:
+        self.unsynced = []
+        self.unsynced_ids = set()
+        self.fatal = False
+
+    def holds(self, job_id, synced_only: bool) -> bool:
+        """Whether a job record for job_id was written (fsynced, if asked)."""
+        return job_id in self.synced_ids or (not synced_only and job_id in self.unsynced_ids)
+
+    def image(self) -> bytes:
+        """The file as a restarted process reads it (header added by the reader)."""
+        data = self.synced + self.unsynced
+        return file_header() + b"".join(data) if data else b""
+
+
+@dataclass(eq=False)
 class SimHost:
     """A machine: a stable address, a node process that may crash and restart, and
     the disk that survives it (the last saved nodes.conf)."""
@@ -87,6 +137,8 @@ class SimHost:
     saved: str | None = None
     node_id: str | None = None     # id of the last incarnation (kept after a crash)
     links: dict = field(default_factory=dict)   # dest node id -> link up (our side)
+    disk: SimDisk = field(default_factory=SimDisk)
+    sim: Any = None
 
     def now(self, sim_now: int) -> int:
         return sim_now + self.clock_offset
@@ -121,6 +173,7 @@ class Simulation:
         self._queue: list = []
         self._seq = 0
         self.trace: list[tuple] = []
+        self.violations: list[str] = []     # invariants nodes saw broken
         self.observers: list[Callable[[Simulation, SimHost, Any], None]] = []
         self.stats = {"sent": 0, "delivered": 0, "dropped": 0, "duplicated": 0}
 
@@ -131,7 +184,7 @@ class Simulation:
         name = name or f"n{i}"
         offset = self.rng.randrange(self.max_clock_offset + 1) if self.max_clock_offset else 0
         host = SimHost(name, f"10.0.{i // 250}.{i % 250 + 1}", 7711, 17711,
-                       clock_offset=offset)
+                       clock_offset=offset, sim=self)
         self.hosts[name] = host
         self._by_addr[(host.ip, host.bus_port)] = host
         if start:
@@ -159,6 +212,7 @@ class Simulation:
         if host.alive:
             host.alive = False
             host.node = None
+            host.disk.crash()
             self._record("crash", name)
 
     def restart(self, name: str) -> SimHost:
@@ -277,6 +331,9 @@ class Simulation:
         self._process(dst, dst.node.handle_message(link, msg, dst.now(self.now)))
 
     def _process(self, host: SimHost, outputs: list) -> None:
+        if host.disk.fatal:
+            self.crash(host.name)       # the process exits; its last outputs never left
+            return
         work = deque([(host, outputs)])
         while work:
             h, outs = work.popleft()
@@ -333,6 +390,12 @@ class Simulation:
 
     # -- inspection -------------------------------------------------------------------------
 
+    def in_flight(self):
+        """The messages on their way (scheduled, not delivered yet)."""
+        for ev in self._queue:
+            if ev[2] == _DELIVER:
+                yield ev[5][1]
+
     def digest(self) -> str:
         """A fingerprint of the whole run: equal seeds must give equal digests."""
         h = hashlib.sha256()
@@ -350,7 +413,6 @@ class Simulation:
 def bus_codec(msg):
     """Round-trip a message through the real wire format (catches anything the
     membership puts in a message that msgpack or the decoder would not carry)."""
-    from protocol.bus import decode_body, encode_body
     return decode_body(encode_body(msg))
 
 

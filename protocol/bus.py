@@ -152,6 +152,10 @@ class BusMessage:
     flags: int = 0       # sender flags (FLAG_LEAVING)
     gossip: list = ()    # list[GossipEntry]
     payload: Any = None
+    # Job-layer messages whose payload did not have its type's shape, dropped
+    # by decode_body (a BATCH keeps its good entries; a single message keeps
+    # its header, with payload None): counted by the receiver.
+    malformed: int = 0
 
     @property
     def type_name(self) -> str:
@@ -185,6 +189,56 @@ def unbatch(msg: BusMessage) -> list[BusMessage]:
     p = msg.payload
     return [BusMessage(p[i], msg.sender, msg.ip, msg.port, msg.bus_port, msg.flags, [],
                        p[i + 1]) for i in range(0, len(p), 2)]
+
+
+# -- job-layer payload shapes -------------------------------------------------------
+# A peer's payload is checked here, where it is decoded, so that the handlers
+# (cluster/*.py) only ever see the shapes they were written for: a malformed one
+# is the peer's fault and is dropped, counted; an exception in a handler is ours.
+def _job_id(x) -> bool:
+    return type(x) is bytes and len(x) == 40 and x[:2] == b"D-"
+
+
+def _int(x) -> bool:
+    return type(x) is int
+
+
+def _node_ids(x) -> bool:
+    return x is None or (type(x) is list and all(
+        type(n) is str and _HEX40.match(n) is not None for n in x))
+
+
+_JOB_INTS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 13)
+
+
+def _job_fields(f) -> bool:
+    """broker/job.py's job_to_fields: id, queue, body, state, flags, repl, etime,
+    ctime, delay, retry, nacks, additional-deliveries, nodes-delivered, requeue time."""
+    return (type(f) is list and len(f) == 14 and _job_id(f[0]) and type(f[1]) is bytes
+            and type(f[2]) is bytes and all(type(f[i]) is int for i in _JOB_INTS)
+            and _node_ids(f[12]))
+
+
+def _id_and_int(p) -> bool:
+    return type(p) is list and len(p) == 2 and _job_id(p[0]) and type(p[1]) is int
+
+
+PAYLOAD_SHAPES = {
+    REPLJOB: _job_fields,
+    GOTJOB: _job_id,
+    ENQUEUE: _job_id,
+    WILLQUEUE: _job_id,
+    WORKING: _job_id,
+    DELJOB: _job_id,
+    QUEUED: lambda p: (type(p) is list and len(p) == 3 and _job_id(p[0]) and _int(p[1])
+                       and _int(p[2])),
+    SETACK: _id_and_int,
+    GOTACK: _id_and_int,
+    NEEDJOBS: lambda p: (type(p) is list and len(p) in (2, 3) and type(p[0]) is bytes
+                         and all(type(v) is int for v in p[1:])),
+    YOURJOBS: lambda p: type(p) is list and all(_job_fields(f) for f in p),
+    PAUSE: lambda p: type(p) is list and len(p) == 2 and type(p[0]) is bytes and _int(p[1]),
+}
 
 
 def _bad(what: str) -> BusProtocolError:
@@ -228,13 +282,29 @@ def decode_body(body) -> BusMessage:
                 or type(gpong) is not int):
             raise _bad("malformed gossip entry")
         entries.append(GossipEntry(gid, gip, gport, gbus, gflags, gping, gpong))
+    malformed = 0
     if mtype == BATCH:
         if type(payload) is not list or len(payload) & 1:
             raise _bad("batch payload is not a list of (type, payload) pairs")
         for t in payload[0::2]:
             if type(t) is not int or t < FIRST_JOB_TYPE or t == BATCH:
                 raise _bad("batch entry is not a job-layer message")
-    return BusMessage(mtype, sender, ip, port, bus_port, flags, entries, payload)
+        shapes = PAYLOAD_SHAPES
+        good = []
+        for i in range(0, len(payload), 2):
+            ok = shapes.get(payload[i])
+            if ok is None or ok(payload[i + 1]):
+                good += payload[i:i + 2]
+            else:
+                malformed += 1
+        if malformed:
+            payload = good
+    else:
+        ok = PAYLOAD_SHAPES.get(mtype)
+        if ok is not None and not ok(payload):
+            malformed = 1
+            payload = None
+    return BusMessage(mtype, sender, ip, port, bus_port, flags, entries, payload, malformed)
 
 
 class FrameReader:

@@ -1,4 +1,5 @@
-"""Shared fixtures: real nodes as subprocesses (see tests/harness.py)."""
+"""Shared fixtures: real nodes as subprocesses (see tests/harness.py), and a
+whole node in this process for what crosses no socket (server/inprocess.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Callable, Iterator
 
 import pytest
 
+from server.inprocess import InProcessNode
 from tests.harness import NodeFactory, NodeProcess, pydisque_run as _pydisque_run, wait_until as _wait_until
 
 _FACTORIES = pytest.StashKey[list[NodeFactory]]()
@@ -28,6 +30,16 @@ def node_factory(request: pytest.FixtureRequest, tmp_path) -> Iterator[NodeFacto
 def node(node_factory: NodeFactory) -> NodeProcess:
     """One fresh node with default config in its own tmp dir."""
     return node_factory()
+
+
+@pytest.fixture
+def inprocess() -> InProcessNode:
+    """A whole node (Node, command table, Cluster, output driver) in this
+    process on a virtual clock: ``inprocess.call(*args)`` returns the reply
+    value, ``inprocess.resp(*args, proto=2|3)`` the bytes a client reads,
+    ``inprocess.advance(ms)`` runs the timers. Strict: a bug raises. Any shell's
+    tests (HTTP...) can drive it as that shell drives the process's node."""
+    return InProcessNode()
 
 
 @pytest.fixture

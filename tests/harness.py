@@ -684,8 +684,13 @@ class NodeFactory:
         return nodes
 
     def stop_all(self) -> None:
+        """Stop every node; a node that logged an internal error (a bug of
+        ours, which the process survives and counts) fails the test."""
         for n in reversed(self.nodes):
             n.stop()
+        bugs = [f"{n.addr}: {n.log_path}" for n in self.nodes
+                if "Internal error in" in n.log()]
+        assert not bugs, f"internal error logged (a bug in our code) by {bugs}"
 
 
 def module_factory(tmp_path_factory, name: str):

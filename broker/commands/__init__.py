@@ -1,38 +1,23 @@
 """Client commands: one module per family, each a set of ``@command`` handlers.
 
 A handler is ``fn(node, client, argv) -> reply``: it parses its arguments, asks
-the Node to act, and returns the reply value (see protocol/resp.py for the
+the Node (broker/lifecycle.py for job state changes, node.cluster for the
+cluster) to act, and returns the reply value (see protocol/resp.py for the
 types). Parse failures raise CommandError, which the Node turns into the reply.
+
+``COMMANDS`` is the table the composition root (server/) gives the Node; importing
+this package registers every family (the imports at the end).
 """
 
 from __future__ import annotations
 
 import re
 
-from protocol.resp import Error
-
-# Command flags.
-F_NOAUTH = 1      # allowed before AUTH
-F_LOADING = 2     # allowed while the AOF is loading
-F_DENYOOM = 4     # refused when over maxmemory (it would grow memory)
-F_WRITE = 8
-F_FAST = 16
-F_ADMIN = 32
-
-FLAG_NAMES = {F_NOAUTH: b"no_auth", F_LOADING: b"loading", F_DENYOOM: b"denyoom",
-              F_WRITE: b"write", F_FAST: b"fast", F_ADMIN: b"admin"}
-
-
-class Command:
-    __slots__ = ("name", "handler", "arity", "flags", "doc")
-
-    def __init__(self, name: bytes, handler, arity: int, flags: int, doc: str) -> None:
-        self.name = name
-        self.handler = handler
-        self.arity = arity      # Redis convention: N exact, -N at least N (name included)
-        self.flags = flags
-        self.doc = doc
-
+from broker.dispatch import (  # noqa: F401  (the command modules import them from here)
+    F_ADMIN, F_DENYOOM, F_FAST, F_LOADING, F_NOAUTH, F_WRITE, FLAG_NAMES, Command,
+    CommandError,
+)
+from broker.job import BADID, valid_job_id
 
 COMMANDS: dict[bytes, Command] = {}
 # The same commands under their lower- and upper-case names, as clients send
@@ -50,23 +35,7 @@ def command(name: str, arity: int, flags: int = 0):
     return register
 
 
-class CommandError(Exception):
-    """Raised by argument parsing; carries the error reply."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.reply = Error(message)
-
-
 SYNTAX_ERROR = "ERR syntax error"
-
-
-def dispatch_error(cmd: Command | None, argv: list) -> Error:
-    """The reply for an unknown command or a wrong number of arguments."""
-    name = bytes(argv[0]).decode("utf-8", "replace")
-    if cmd is None:
-        return Error(f"ERR unknown command '{name}'")
-    return Error(f"ERR wrong number of arguments for '{name.lower()}' command")
 
 
 # Disque reads integers with strtoll/strtoul: an optional sign and decimal
@@ -100,10 +69,15 @@ def parse_timeout_ms(arg: bytes) -> int:
 
 def parse_job_ids(node, argv: list, start: int = 1) -> list:
     """All ids are validated before anything runs (SPEC section 2)."""
-    from broker.job import BADID, valid_job_id
     ids = argv[start:]
     for jid in ids:
         if not valid_job_id(jid):
             raise CommandError(BADID)
     return ids
 
+
+
+# Every family registers its commands in COMMANDS when imported.
+from broker.commands import (  # noqa: E402,F401
+    cluster, connection, getjob, jobs, queues, scan, server, states,
+)

@@ -34,7 +34,7 @@ def cluster_cmd(node, client, argv):
             if not 0 < port < 65536 or not 0 < bus < 65536:
                 raise bad_address
             try:
-                c._collect(m.meet(text[0], bus, now))
+                c.meet(text[0], bus, now)
             except MembershipError:
                 raise bad_address from None
             return OK
@@ -48,17 +48,13 @@ def cluster_cmd(node, client, argv):
         if sub == b"forget" and n == 3:
             if len(argv[2]) != 40:
                 raise CommandError("ERR Invalid node identifier")
-            c._collect(m.forget(argv[2].decode("latin-1"), now))
+            c.forget(argv[2].decode("latin-1"), now)
             return OK
         if sub == b"reset" and n in (2, 3):
             mode = argv[2].lower() if n == 3 else b"soft"
             if mode not in (b"soft", b"hard"):
                 raise CommandError(SYNTAX_ERROR)
-            hard = mode == b"hard"
-            if hard:
-                node.flushall()
-            c._collect(m.reset(hard, now=now))
-            node.myself_id = m.node_id
+            c.reset(mode == b"hard", now)
             return OK
         if sub == b"leaving" and n in (2, 3):
             if n == 2:
@@ -66,8 +62,7 @@ def cluster_cmd(node, client, argv):
             value = argv[2].lower()
             if value not in (b"yes", b"no"):
                 raise CommandError("ERR Wrong argument for CLUSTER LEAVING. Use 'yes' or 'no'")
-            node.leaving = value == b"yes"
-            c._collect(m.set_leaving(node.leaving, now))
+            c.set_leaving(value == b"yes", now)
             return OK
         if sub == b"saveconfig" and n == 2:
             c.out.append(c.save_config())

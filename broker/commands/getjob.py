@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from broker import lifecycle
 from broker.commands import SYNTAX_ERROR, CommandError, command, parse_int, parse_timeout_ms
 from broker.node import BLOCKED, job_reply
 from broker.queue import PAUSED_OUT
@@ -57,7 +58,7 @@ def getjob(node, client, argv):
             if q is None:
                 node.get_queue(name, create=True)
             elif q.jobs.size and not q.flags & PAUSED_OUT:
-                return [job_reply(node.fetch_job(q, node.clock()), withcounters)]
+                return [job_reply(lifecycle.deliver(node, q, node.clock()), withcounters)]
         found = None
     else:
         found = [q for q in (queues.get(n) or node.get_queue(n, create=True) for n in names)
@@ -68,7 +69,7 @@ def getjob(node, client, argv):
         jobs = []
         while found and len(jobs) < count:
             for q in found:
-                job = node.fetch_job(q, now)
+                job = lifecycle.deliver(node, q, now)
                 if job is not None:
                     jobs.append(job_reply(job, withcounters))
                     if len(jobs) == count:

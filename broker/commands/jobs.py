@@ -6,9 +6,9 @@ from broker.commands import (
     F_DENYOOM, F_FAST, F_WRITE, SYNTAX_ERROR, CommandError, command, parse_int,
     parse_job_ids, parse_timeout_ms,
 )
+from broker import lifecycle
 from broker.job import (
-    ACKED, ACTIVE, BADID, DEFAULT_RETRY_MAX, DEFAULT_TTL, FLAG_DUMMY_ACK, WAIT_REPL, Job,
-    make_job_id, valid_job_id,
+    ACKED, BADID, DEFAULT_RETRY_MAX, DEFAULT_TTL, FLAG_DUMMY_ACK, WAIT_REPL, valid_job_id,
 )
 from broker.queue import PAUSED_IN
 from protocol.resp import Error, Status
@@ -101,22 +101,13 @@ def addjob(node, client, argv):
         qname = q.name      # one bytes object for the queue's name, not one per job
 
     now = node.clock()
-    jid = make_job_id(node.myself_id, node.rng.getrandbits(144), ttl, retry)
-    job = Job(jid, qname, argv[2], WAIT_REPL, replicate, node.shared_time(now, ttl),
-              node.new_ctime(now), delay, retry)
-    if delay:
-        job.qtime = node.shared_time(now, delay)
+    job = lifecycle.new_job(node, qname, argv[2], replicate, ttl, delay, retry, now)
     if replicate > 1 or external:
         # The cluster layer replicates, answers (now if ASYNC) and queues.
         return node.cluster.replicate_new_job(client, job, timeout, is_async, external)
     # One copy, here: it is replicated as soon as it exists.
-    job.state = ACTIVE
-    node.register_job(job)
-    if node.aof is not None:
-        node.aof.log_job(job)
-    if not delay:
-        node.queue_job(job, now)
-    return Status(jid.decode())
+    lifecycle.add(node, job, now)
+    return Status(job.id.decode())
 
 
 @command("show", 2, F_FAST)
@@ -146,7 +137,7 @@ def show_fields(node, job, now: int) -> list:
         confirmed = sorted({me, *(n.encode() for n in job.nodes_confirmed or ())})
     else:
         confirmed = []
-    awake = node.wake_time(job)
+    awake = lifecycle.wake_time(job)
     return [
         b"id", job.id,
         b"queue", job.queue,
@@ -160,8 +151,8 @@ def show_fields(node, job, now: int) -> list:
         b"additional-deliveries", job.additional_deliveries,
         b"nodes-delivered", delivered,
         b"nodes-confirmed", confirmed,
-        b"next-requeue-within", max(job.qtime - now, 0) if job.qtime and job.state != ACKED
-        else None,
+        b"next-requeue-within", max(job.requeue_time - now, 0)
+        if job.requeue_time and job.state != ACKED else None,
         b"next-awake-within", max(awake - now, 0) if awake else None,
         b"body", job.body,
     ]
@@ -174,7 +165,7 @@ def deljob(node, client, argv):
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)
         if job is not None:
-            node.unregister_job(job)
+            lifecycle.delete(node, job)
             evicted += 1
     return evicted
 

@@ -12,8 +12,7 @@ import zlib
 
 from broker.commands import SYNTAX_ERROR, CommandError, c_integer, command, parse_int
 from broker.commands.jobs import show_fields
-from broker.job import FLAG_DUMMY_ACK, STATE_BY_NAME
-from broker.node import SHARDS
+from broker.job import FLAG_DUMMY_ACK, SHARDS, STATE_BY_NAME
 from protocol.resp import Status
 
 DEFAULT_COUNT = 100     # Disque's QSCAN_DEFAULT_COUNT / JSCAN_DEFAULT_COUNT

@@ -7,6 +7,7 @@ import platform
 import re
 import sys
 
+from broker import lifecycle
 from broker.commands import (
     COMMANDS, F_ADMIN, F_LOADING, F_NOAUTH, FLAG_NAMES, SYNTAX_ERROR, CommandError,
     command, parse_int,
@@ -68,18 +69,17 @@ def _section_queues(node, now):
     return [("registered_queues", len(node.queues))]
 
 
+AOF_OFF_FIELDS = [("aof_enabled", 0), ("aof_state", "off"), ("aof_rewrite_in_progress", 0),
+                  ("aof_rewrite_scheduled", 0), ("aof_last_rewrite_time_sec", -1),
+                  ("aof_current_rewrite_time_sec", -1), ("aof_last_bgrewrite_status", "ok"),
+                  ("aof_last_write_status", "ok")]
+
+
 def _section_persistence(node, now):
-    aof = node.aof
-    fields = [("loading", int(node.loading))]
-    if aof is not None:
-        fields += aof.info_fields()
-    else:
-        fields += [("aof_enabled", 0), ("aof_state", "off"),
-                   ("aof_rewrite_in_progress", 0), ("aof_rewrite_scheduled", 0),
-                   ("aof_last_rewrite_time_sec", -1), ("aof_current_rewrite_time_sec", -1),
-                   ("aof_last_bgrewrite_status", "ok"), ("aof_last_write_status", "ok"),
-                   ("aof_fsync_policy", node.config.appendfsync)]
-    return fields
+    aof = node.host.aof_info()
+    if aof is None:
+        aof = AOF_OFF_FIELDS + [("aof_fsync_policy", node.config.appendfsync)]
+    return [("loading", int(node.loading))] + aof
 
 
 def _section_stats(node, now):
@@ -166,7 +166,6 @@ def config(node, client, argv):
             for i in range(2, len(argv), 2):
                 name = argv[i].decode("latin-1")     # errors quote it as given
                 cfg.set(name, argv[i + 1].decode("latin-1"))
-                node.host.config_changed(name.lower())
         except ConfigError as e:
             msg = str(e)
             return Error(msg if msg.startswith("ERR") else "ERR " + msg)
@@ -196,9 +195,7 @@ def debug(node, client, argv):
     """DEBUG FLUSHALL | SLEEP seconds | ERROR text | LOADAOF | SEGFAULT | RESTART"""
     sub = argv[1].lower()
     if sub == b"flushall":
-        node.flushall()
-        if node.aof is not None:
-            node.aof.log_flushall()
+        lifecycle.flush_all(node)
         return OK
     if sub == b"sleep" and len(argv) == 3:
         # strtod as Disque calls it: the leading number, 0 if there is none.
@@ -206,9 +203,7 @@ def debug(node, client, argv):
         node.host.sleep(max(float(m.group()), 0.0) if m else 0.0)
         return OK
     if sub == b"loadaof":
-        if node.aof is None:
-            return Error("ERR AOF is not enabled")
-        node.aof.debug_loadaof()
+        node.host.debug_loadaof()
         return OK
     if sub == b"error" and len(argv) == 3:
         return Error(argv[2].decode("utf-8", "replace"))    # the text as an error reply
@@ -276,9 +271,7 @@ def shutdown(node, client, argv):
 @command("bgrewriteaof", 1, F_ADMIN)
 def bgrewriteaof(node, client, argv):
     """BGREWRITEAOF"""
-    if node.aof is None:
-        return Error("ERR AOF is not enabled")
-    return Status(node.aof.start_rewrite())
+    return Status(node.host.bgrewriteaof())
 
 
 @command("monitor", 1, F_ADMIN)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from broker import lifecycle
 from broker.commands import F_DENYOOM, F_FAST, F_WRITE, command, parse_job_ids
-from broker.job import (
-    ACKED, ACTIVE, BADID, FLAG_BCAST_WILLQUEUE, FLAG_QUEUED_ONCE, QUEUED, valid_job_id,
-)
+from broker.job import ACKED, BADID, QUEUED, valid_job_id
 from protocol.resp import Error
 
 
@@ -13,16 +12,23 @@ from protocol.resp import Error
 def ackjob(node, client, argv):
     """ACKJOB [job-id ...]: the jobs were processed; start the ack GC."""
     known = 0
+    now = node.clock()
+    cluster = node.cluster
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)
         if job is None:
-            if node.cluster is not None:
-                node.cluster.ack_unknown_job(jid)
+            if cluster is not None:
+                cluster.ack_unknown_job(jid)
             continue
         if job.state != ACKED:
-            node.ack_job(job)
+            lifecycle.ack(node, job, now)
             known += 1
-        node.try_job_gc(job)
+        # Delete it once every holder knows (SPEC section 8); a job only this
+        # node holds goes at once.
+        if cluster is None or not job.nodes_delivered:
+            lifecycle.delete(node, job)
+        else:
+            cluster.try_job_gc(job, now)
     return known
 
 
@@ -35,7 +41,7 @@ def fastack(node, client, argv):
         if node.cluster is not None:
             node.cluster.fastack(jid, job)
         if job is not None:
-            node.unregister_job(job)
+            lifecycle.delete(node, job)
             deleted += 1
     return deleted
 
@@ -45,20 +51,7 @@ def _requeue(node, argv, nack: bool) -> int:
     now = node.clock()
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)
-        if job is None or job.state != ACTIVE:
-            continue
-        # As Disque: queueing a job for the first time here (a DELAY job put
-        # in its queue early) is not an additional delivery; a NACK always
-        # counts; an at-most-once job is queued once at most, even if dequeued.
-        again = job.flags & FLAG_QUEUED_ONCE
-        if again and not job.retry:
-            continue
-        if node.queue_job(job, now):
-            if nack:
-                job.nacks += 1
-            elif again:
-                job.additional_deliveries += 1
-            node.schedule_job(job)
+        if job is not None and lifecycle.requeue(node, job, now, nack):
             changed += 1
     return changed
 
@@ -82,8 +75,8 @@ def dequeue(node, client, argv):
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)
         if job is not None and job.state == QUEUED:
-            node.dequeue_job(job)
-            node.schedule_job(job)
+            lifecycle.dequeue(node, job)
+            lifecycle.schedule(node, job)
             changed += 1
     return changed
 
@@ -103,11 +96,7 @@ def working(node, client, argv):
     if ttl > 0 and now - created_ms > ttl // 2:
         return Error("TOOLATE Half of job TTL already elapsed, you are no longer "
                      "allowed to postpone the next delivery.")
-    if job.state == QUEUED:
-        node.dequeue_job(job)
-    job.flags |= FLAG_BCAST_WILLQUEUE
-    job.qtime = now + job.retry * 1000
-    node.schedule_job(job)
+    lifecycle.working(node, job, now)
     if node.cluster is not None:
         node.cluster.broadcast_working(job)
     return job.retry

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 import redis
 
+from tests.conftest import _FACTORIES
 from tests.harness import NodeFactory, NodeProcess, RawConn, join, wait_until
 
 NODE_TIMEOUT_MS = 1500          # cluster-node-timeout: PFAIL/FAIL within seconds
@@ -190,6 +191,17 @@ class Cluster:
     def gone_everywhere(self, jid: bytes, nodes: list[int] | None = None) -> bool:
         idx = range(len(self.nodes)) if nodes is None else nodes
         return all(show(self.nodes[i], jid) is None for i in idx)
+
+
+def healed(request, factory: NodeFactory, cluster: "Cluster") -> Iterator["Cluster"]:
+    """Body of a test's cluster fixture (``yield from healed(...)``): the
+    module's cluster healed and flushed, its logs attached to a failure report,
+    every node continued afterwards."""
+    request.node.stash.setdefault(_FACTORIES, []).append(factory)
+    cluster.heal()
+    yield cluster
+    for n in cluster:
+        cont(n)
 
 
 def wait(pred, timeout: float = 10.0, message: Any = None) -> Any:

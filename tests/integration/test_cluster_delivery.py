@@ -18,10 +18,10 @@ import time
 import pytest
 import redis
 
-from tests.conftest import _FACTORIES
 from tests.harness import module_factory
 from tests.integration.cluster_kit import (
-    Cluster, addjob, client, cmd, cont, elapsed_ms, nodes_table, qlen, show, stop, wait,
+    Cluster, addjob, client, cmd, cont, elapsed_ms, healed, nodes_table, qlen, show, stop,
+    wait,
 )
 
 pytestmark = pytest.mark.xdist_group("cluster_delivery")
@@ -39,11 +39,7 @@ def cluster5(dfactory) -> Cluster:
 
 @pytest.fixture
 def cl(request, dfactory, cluster5) -> Cluster:
-    request.node.stash.setdefault(_FACTORIES, []).append(dfactory)
-    cluster5.heal()
-    yield cluster5
-    for n in cluster5:
-        cont(n)
+    yield from healed(request, dfactory, cluster5)
 
 
 def total_queued(cl: Cluster, queue: str) -> int:

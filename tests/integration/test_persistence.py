@@ -21,7 +21,7 @@ import redis
 from broker import aof_format as fmt
 from tests.harness import NodeStartError, RawConn, wait_until
 
-CHECK_AOF = [sys.executable, "-m", "broker.check_aof"]
+CHECK_AOF = [sys.executable, "-m", "server.check_aof"]
 
 
 def all_ids(n) -> set[bytes]:

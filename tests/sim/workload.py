@@ -9,14 +9,18 @@ partitions, crashes, message loss. ``Workload(seed).run()`` returns a Report;
 from __future__ import annotations
 
 import random
+import traceback
 from dataclasses import dataclass, field
 
-from broker.job import ACKED, id_is_at_least_once
+from broker.job import ACKED, FLAG_DUMMY_ACK, id_is_at_least_once
 from cluster.sim import NetworkConfig, Simulation
-from cluster.sim_node import broker_factory
+from server.sim_node import broker_factory
+from protocol import bus as B
 from protocol.resp import Error, Status
 
 QUEUE = b"q"
+# Messages that carry a job's counters (or ask for them: WILLQUEUE).
+COUNTER_MESSAGES = {B.REPLJOB, B.YOURJOBS, B.QUEUED, B.WILLQUEUE}
 
 
 @dataclass
@@ -28,7 +32,9 @@ class Report:
     distinct_delivered: int = 0
     at_least_once_redeliveries: int = 0
     duplicates: int = 0            # redeliveries not asked for (no NACK, no RETRY timeout)
+    moved_redeliveries: int = 0    # redelivered by another node than the previous delivery
     sim_time: int = 0
+    persistence: str = "off"       # appendfsync policy of the run, or "off"
 
 
 class Workload:
@@ -45,7 +51,14 @@ class Workload:
                             drop=rng.choice([0.0, 0.0, 0.01, 0.05]) if faults else 0.0,
                             duplicate=rng.choice([0.0, 0.02]) if faults else 0.0,
                             reorder=rng.choice([0.0, 0.05]) if faults else 0.0)
-        self.sim = Simulation(seed, broker_factory(cluster_node_timeout=1000), net=net,
+        # Persistence (its own stream: the draws above keep their scenarios): an
+        # AOF on a simulated disk that loses what was not fsynced on a crash.
+        self.fsync = random.Random(seed ^ 0xA0F).choice(
+            ["off", "off", "off", "always", "always", "everysec"])
+        directives = {"cluster_node_timeout": 1000}
+        if self.fsync != "off":
+            directives.update(appendonly="yes", appendfsync=self.fsync)
+        self.sim = Simulation(seed, broker_factory(**directives), net=net,
                               record_deliveries=False)
         self.names = [self.sim.add_host().name for _ in range(self.n)]
         self.final = False                 # final phase: healed, consumers ack everything
@@ -58,6 +71,10 @@ class Workload:
         self.collected_at: dict[bytes, int] = {}
         self.violations: list = []
         self.crash_budget = 1 if faults else 0
+        # Short TTLs (their own stream: the main draws keep their scenarios): a
+        # job may expire while its ADDJOB still waits for copies, which must
+        # then answer -NOREPL, never the id (issue 16).
+        self.ttl_rng = random.Random(seed ^ 0x7711)
 
     # -- helpers --------------------------------------------------------------------
     def live(self, name: str):
@@ -100,7 +117,8 @@ class Workload:
         else:
             repl, retry = rng.randint(2, min(3, self.n)), rng.randint(1, 3)
         is_async = rng.random() < 0.15
-        args = ["ADDJOB", QUEUE, body, 1500, "REPLICATE", repl, "RETRY", retry, "TTL", 600]
+        ttl = self.ttl_rng.choice([600, 600, 600, 600, 1, 2])
+        args = ["ADDJOB", QUEUE, body, 1500, "REPLICATE", repl, "RETRY", retry, "TTL", ttl]
         if is_async:
             args.append("ASYNC")
         start = self.sim.now
@@ -117,7 +135,7 @@ class Workload:
                     self.violation(f"ADDJOB {jid!r} answered with {len(holders)} live copies "
                                    f"< REPLICATE {repl}")
                 self.produced[jid] = {"time": self.sim.now, "repl": repl, "retry": retry,
-                                      "holders": holders, "async": is_async}
+                                      "holders": holders, "async": is_async, "ttl": ttl}
 
         self.command(name, args, done)
 
@@ -139,7 +157,13 @@ class Workload:
 
     def delivered(self, jid: bytes, name: str) -> None:
         t = self.sim.now
-        if jid in self.collected_at:
+        # A host that crashed holds what its disk kept, even while it is down.
+        crashed = any(c <= t for cs in self.crashed_at.values() for c in cs)
+        if jid in self.collected_at and not (self.fsync != "off" and crashed):
+            # (With an AOF a node that was down when the job was collected, or
+            # missed a best-effort DELJOB, comes back with it; under everysec a
+            # crash may also lose the last second of records, the ack among
+            # them: the job comes back, at least once.)
             self.violation(f"{jid!r} delivered on {name} at {t} after its ack was "
                            f"collected at {self.collected_at[jid]}")
         self.deliveries.append((jid, t, name))
@@ -186,6 +210,19 @@ class Workload:
             self.sim.crash(victim)
             self.crashed_at[victim].append(self.sim.now)
             self.later(rng.randint(200, 3000), lambda: self.restart(victim))
+        elif x < 0.8 and self.fsync == "always":
+            # The disk refuses writes for a while: the node exits at its next
+            # write (nothing unlogged is acknowledged) and comes back later.
+            victim = rng.choice(self.names)
+            disk = self.sim.hosts[victim].disk
+            disk.fail_writes = True
+            self.crashed_at[victim].append(self.sim.now)
+
+            def repaired():
+                disk.fail_writes = False
+                self.restart(victim)
+
+            self.later(rng.randint(200, 2000), repaired)
 
     def restart(self, name: str) -> None:
         if not self.sim.hosts[name].alive:
@@ -217,23 +254,83 @@ class Workload:
         for h in self.sim.hosts.values():
             if h.alive and h.node.node.job_count:
                 jobs = [j.id for j in h.node.node.iter_jobs()
-                        if not (j.retry == 0 and j.state != ACKED and j.id not in self.acked
-                                and any(d[0] == j.id for d in self.deliveries))]
+                        if not (j.retry == 0 and j.state != ACKED
+                                and (j.id not in self.acked or self.ack_lost(j.id, h.name))
+                                and (any(d[0] == j.id for d in self.deliveries)
+                                     or self.reloaded(j.id, h.name)))]
                 if jobs:
                     left[h.name] = jobs
         return left
 
+    def counters_in_flight(self, sim) -> bool:
+        for msg in sim.in_flight():
+            if msg.type == B.BATCH:
+                if any(t in COUNTER_MESSAGES for t in msg.payload[0::2]):
+                    return True
+            elif msg.type in COUNTER_MESSAGES:
+                return True
+        return False
+
+    def check_counters(self) -> None:
+        """Counters are a property of the job (issue 16): once no message that
+        carries them is on its way, every holder shows the same nacks and
+        additional-deliveries, whichever of them re-queued it (checked on runs
+        without message loss: a lost QUEUED is only made good by the next one)."""
+        if not self.sim.run_for(3000, until=lambda s: not self.counters_in_flight(s), poll=5):
+            return
+        copies: dict[bytes, list] = {}
+        for h in self.sim.hosts.values():
+            if h.alive:
+                for j in h.node.node.iter_jobs():
+                    if j.state != ACKED and not j.flags & FLAG_DUMMY_ACK:
+                        copies.setdefault(j.id, []).append(
+                            (h.name, j.nacks, j.additional_deliveries))
+        for jid, held in copies.items():
+            if len({c[1:] for c in held}) > 1:
+                self.violation(f"holders disagree on the counters of {jid!r} once quiet: "
+                               f"{held} (name, nacks, additional-deliveries)")
+
+    def reloaded(self, jid: bytes, name: str) -> bool:
+        """Loaded from the AOF after a crash of `name`: a RETRY 0 job comes back
+        active and is never queued again by a load (SPEC section 7): it waits
+        for its TTL."""
+        p = self.produced.get(jid)
+        return (self.fsync != "off" and p is not None
+                and any(c >= p["time"] for c in self.crashed_at[name]))
+
+    def ack_lost(self, jid: bytes, name: str) -> bool:
+        """Under everysec a crash of `name` after the ack may have lost it."""
+        t = self.acked_at.get(jid)
+        return (self.fsync == "everysec" and t is not None
+                and any(c >= t for c in self.crashed_at[name]))
+
     def must_survive(self, jid: bytes, p: dict) -> bool:
         """SPEC 9.1: acknowledged (sync) and fewer than REPLICATE holders lost.
         At-most-once (RETRY 0) jobs are exempt: one moved by federation is lost
-        with the YOURJOBS message if that is lost, as in Disque."""
-        if p["async"] or p["retry"] == 0:
-            return False
+        with the YOURJOBS message if that is lost, as in Disque. Under
+        appendfsync always a crash loses no holder: every acknowledged job
+        survives any crash."""
+        if p["async"] or p["retry"] == 0 or p["ttl"] < 60:
+            return False                # (a short TTL may expire first, as it should)
+        if self.fsync == "always":
+            return True
         lost = sum(1 for h in p["holders"] if any(t >= p["time"] for t in self.crashed_at[h]))
         return lost < p["repl"]
 
     # -- the run --------------------------------------------------------------------
     def run(self) -> Report:
+        """The scenario, then the report. Nodes are strict: an exception in our
+        own code stops the run and is a violation ("no internal error")."""
+        try:
+            self._run()
+        except Exception:
+            self.violation("internal error (a bug in our code):\n" + traceback.format_exc())
+        for v in self.sim.violations:
+            self.violation(v)
+        self.sim.violations.clear()
+        return self.report()
+
+    def _run(self) -> None:
         sim, rng = self.sim, self.rng
         for i in range(1, self.n):
             prev = sim.hosts[self.names[i - 1]]
@@ -248,6 +345,8 @@ class Workload:
             for _ in range(rng.randint(1, 4)):
                 sim.at(sim.now + rng.randint(0, self.chaos_ms), lambda s: self.fault())
         sim.run_for(self.chaos_ms + 500, until=self.observe, poll=100)
+        if not self.faults:
+            self.check_counters()
         # Heal everything and let the consumers ack whatever comes.
         self.final = True
         sim.heal()
@@ -263,7 +362,6 @@ class Workload:
                 self.violation(f"acknowledged jobs never delivered: {lost}")
             if left:
                 self.violation(f"jobs still held after heal (acks not collected): {left}")
-        return self.report()
 
     def unasked(self, jid: bytes, prev: int, t: int) -> bool:
         """A redelivery nobody asked for: after the consumer acked it, or sooner
@@ -278,14 +376,19 @@ class Workload:
 
     def report(self) -> Report:
         r = Report(self.seed, self.violations, produced=len(self.produced),
-                   deliveries=len(self.deliveries), sim_time=self.sim.now)
+                   deliveries=len(self.deliveries), sim_time=self.sim.now,
+                   persistence=self.fsync)
         seen: dict[bytes, int] = {}
         last: dict[bytes, int] = {}
-        for jid, t, _h in self.deliveries:
+        where: dict[bytes, str] = {}
+        for jid, t, h in self.deliveries:
             seen[jid] = seen.get(jid, 0) + 1
             if jid in last and self.unasked(jid, last[jid], t):
                 r.duplicates += 1
+            if jid in where and where[jid] != h:
+                r.moved_redeliveries += 1
             last[jid] = t
+            where[jid] = h
         r.distinct_delivered = len(seen)
         for jid, count in seen.items():
             p = self.produced.get(jid)

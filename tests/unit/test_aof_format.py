@@ -1,7 +1,8 @@
 """The AOF record format and loader (broker/aof_format.py), byte by byte.
 
-Jobs are made by a real Node (virtual clock, no I/O) whose ``aof`` is an
-in-memory recorder using the same encoder as the server's writer; the bytes are
+Jobs are made by a real Node (virtual clock, no I/O) whose records (its
+persistence outputs) go to an in-memory writer using the same encoder as the
+server's; the bytes are
 then loaded into a fresh Node, truncated, bit-flipped or zero-filled, and the
 loader must behave as the module docstring specifies every time.
 """
@@ -13,11 +14,15 @@ import struct
 
 import pytest
 
+from server import aof as aof_mod
+from server.aof import snapshot_chunks
 from broker import aof_format as fmt
-from broker import check_aof
+from broker import lifecycle
+from broker.commands import COMMANDS
 from broker.config import Config
 from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, QUEUED
 from broker.node import Node
+from server import check_aof
 
 T0 = 1_700_000_000_000
 
@@ -31,30 +36,17 @@ class VirtualClock:
 
 
 class MemoryAOF:
-    """node.aof for tests: the server writer's hooks and encoder, into memory.
-    ``flush()`` after each command gives one flush per "event-loop turn"."""
-
-    last_write_status = "ok"   # the Node checks it before accepting new jobs
+    """An AOF writer for tests: the node's records, with the server writer's
+    encoder, into memory. ``flush()`` after each command gives one flush per
+    "event-loop turn"."""
 
     def __init__(self) -> None:
         self.data = bytearray(fmt.file_header())
         self.pending: list = []
         self.bounds = []        # (start, end) of every record written
 
-    def log_job(self, job):
-        self.pending.append(job)
-
-    def log_delete(self, job):
-        self.pending.append((fmt.REC_DEL, job.id))
-
-    def log_ack(self, job):
-        self.pending.append((fmt.REC_ACK, job.id))
-
-    def log_delivered(self, job):
-        self.pending.append((fmt.REC_DELIVERED, job.id))
-
-    def log_flushall(self):
-        self.pending.append((fmt.REC_FLUSHALL, None))
+    def append(self, records):
+        self.pending.extend(records)
 
     def flush(self):
         if self.pending:
@@ -75,14 +67,29 @@ def record_bounds(data: bytes) -> list[tuple[int, int]]:
 
 
 def new_node(clock=None, seed=1):
-    return Node(Config(), clock or VirtualClock(), random.Random(seed))
+    return Node(Config(), clock or VirtualClock(), random.Random(seed), commands=COMMANDS,
+                strict=True)
+
+
+_WRITERS: dict = {}     # node -> its writer (what the output driver does in the server)
+
+
+def attach(node, aof) -> None:
+    node.persist = aof is not None
+    _WRITERS[node] = aof
+
+
+def flush(node) -> None:
+    aof = _WRITERS.get(node)
+    if aof is not None:
+        aof.append(node.take_records())
+        aof.flush()
 
 
 def run(node, client, *args):
     reply = node.handle_command(client, [a if isinstance(a, bytes) else str(a).encode()
                                          for a in args])
-    if node.aof is not None:
-        node.aof.flush()
+    flush(node)
     return reply
 
 
@@ -91,8 +98,7 @@ def advance(node, clock, ms: int) -> None:
     while clock.now < end:
         clock.now = min(end, max(clock.now + 1, min(node.next_deadline(), end)))
         node.tick()
-        if node.aof is not None:
-            node.aof.flush()
+        flush(node)
 
 
 def load(data: bytes, now: int = T0 + 1000, enqueue_once: bool = False, chunk=None):
@@ -117,7 +123,8 @@ def made():
     """A node with a recorder and a mix of jobs; returns (node, clock, aof, client)."""
     clock = VirtualClock()
     node = new_node(clock)
-    aof = node.aof = MemoryAOF()
+    aof = MemoryAOF()
+    attach(node, aof)
     return node, clock, aof, node.new_client()
 
 
@@ -171,7 +178,7 @@ def test_loaded_jobs_are_requeued_by_their_retry_timer(made):
     lc = loaded.new_client()
     assert run(loaded, lc, "QLEN", "q") == 0
     job = loaded.get_job(jid)
-    assert job.state == ACTIVE and job.qtime == lclock.now + 5000
+    assert job.state == ACTIVE and job.requeue_time == lclock.now + 5000
     advance(loaded, lclock, 4900)
     assert run(loaded, lc, "QLEN", "q") == 0
     advance(loaded, lclock, 200)
@@ -182,7 +189,7 @@ def test_recorded_requeue_time_still_ahead_is_kept(made):
     node, clock, aof, c = made
     jid = run(node, c, "ADDJOB", "q", "b", 0, "RETRY", 100).encode()
     loaded, _, lclock = load(bytes(aof.data), now=clock.now + 10_000)
-    assert loaded.get_job(jid).qtime == clock.now + 100_000
+    assert loaded.get_job(jid).requeue_time == clock.now + 100_000
 
 
 def test_delay_not_elapsed_is_kept_even_for_retry_0(made):
@@ -207,7 +214,7 @@ def test_retry_0_jobs_are_never_requeued_by_a_load(made):
     lc = loaded.new_client()
     advance(loaded, lclock, 3_600_000)
     assert run(loaded, lc, "QLEN", "q") == 0
-    assert all(j.state == ACTIVE and not j.qtime for j in loaded.iter_jobs())
+    assert all(j.state == ACTIVE and not j.requeue_time for j in loaded.iter_jobs())
     # aof-enqueue-jobs-once queues what was queued, never a delivered RETRY 0 job.
     loaded, _, _ = load(bytes(aof.data), now=clock.now + 1000, enqueue_once=True)
     q = loaded.queues[b"q"]
@@ -231,7 +238,6 @@ def test_enqueue_once_restores_queues_exactly(made):
 
 
 def fmt_snapshot(node):
-    from broker.aof import snapshot_chunks
     return snapshot_chunks(node, 0, fmt.SHARDS_COUNT, header=True)
 
 
@@ -250,8 +256,6 @@ def test_acked_deleted_expired_and_flushed_jobs_are_not_live(made):
     # Even loaded before the expiry was logged, an expired job is dropped.
     assert short not in ids_of(load(bytes(aof.data[:aof.bounds[-1][0]]), now=clock.now)[0])
     run(node, c, "DEBUG", "FLUSHALL")
-    aof.log_flushall()
-    aof.flush()
     after = run(node, c, "ADDJOB", "q", "after flushall", 0).encode()
     loaded, _, _ = load(bytes(aof.data), now=clock.now)
     assert ids_of(loaded) == {after}
@@ -263,9 +267,9 @@ def test_acked_job_with_other_holders_stays_acked(made):
     jid = run(node, c, "ADDJOB", "q", "b", 0).encode()
     job = node.get_job(jid)
     job.nodes_delivered = {node.myself_id, "a" * 40}
-    aof.log_job(job)
-    node.ack_job(job)           # the cluster keeps it until every holder confirmed
-    aof.flush()
+    aof.append([job])
+    lifecycle.ack(node, job, clock.now)     # the cluster keeps it until every holder confirmed
+    flush(node)
     loaded, _, _ = load(bytes(aof.data), now=clock.now + 10)
     lj = loaded.get_job(jid)
     assert lj is not None and lj.state == ACKED
@@ -277,7 +281,7 @@ def test_a_later_job_record_replaces_the_earlier(made):
     jid = run(node, c, "ADDJOB", "q", "b", 0).encode()
     job = node.get_job(jid)
     job.nacks = 5
-    aof.log_job(job)            # a rewrite may log a job twice: the last one wins
+    aof.append([job])           # a rewrite may log a job twice: the last one wins
     aof.flush()
     loaded, _, _ = load(bytes(aof.data), now=clock.now + 10)
     assert loaded.get_job(jid).nacks == 5
@@ -306,7 +310,7 @@ def test_a_record_bigger_than_the_chunks(made):
 
 def test_batches_of_many_jobs_split_and_load(made):
     node, clock, aof, c = made
-    node.aof = None
+    attach(node, None)
     for i in range(3000):
         run(node, c, "ADDJOB", f"q{i % 7}", f"b{i}", 0)
     image = fmt.file_header() + fmt.encode_items(list(node.iter_jobs()))
@@ -510,7 +514,6 @@ def test_background_rewrite_while_jobs_come_and_go(tmp_path, monkeypatch, flusha
     deliveries: the rewritten file loads to exactly the live jobs."""
     import time as _time
 
-    from broker import aof as aof_mod
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(aof_mod, "REWRITE_SLICE", 0)    # one shard per turn
@@ -521,7 +524,7 @@ def test_background_rewrite_while_jobs_come_and_go(tmp_path, monkeypatch, flusha
     aof._create_empty()
     aof._open_append()
     aof.state = "on"
-    node.aof = aof
+    attach(node, aof)
     c = node.new_client()
     rnd = random.Random(3)
     live = [run(node, c, "ADDJOB", f"q{i % 4}", f"b{i}", 0,
@@ -544,7 +547,6 @@ def test_background_rewrite_while_jobs_come_and_go(tmp_path, monkeypatch, flusha
             run(node, c, "GETJOB", "NOHANG", "FROM", "q0", "q1", "qn")
         if flushall and turns == 2000:
             run(node, c, "DEBUG", "FLUSHALL")
-            aof.log_flushall()
         aof.flush()
         if not loop.run_one():
             _time.sleep(0.001)          # the background fsync
@@ -556,6 +558,7 @@ def test_background_rewrite_while_jobs_come_and_go(tmp_path, monkeypatch, flusha
     expected = {j.id for j in node.iter_jobs() if j.state != ACKED}
     assert after in expected
     aof.shutdown("default")
+    attach(node, None)
     data = (tmp_path / "disque.aof").read_bytes()
     loaded, torn, _ = load(data, now=clock.now)
     assert torn is None

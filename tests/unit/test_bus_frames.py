@@ -1,4 +1,4 @@
-"""Bus wire format (protocol/bus.py) and the asyncio bus shell (cluster/bus.py)."""
+"""Bus wire format (protocol/bus.py) and the asyncio bus shell (server/bus.py)."""
 
 import asyncio
 import random
@@ -9,7 +9,9 @@ import msgpack
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from cluster.bus import BusDriver, ClusterBus
+from broker.config import Config
+from server.bus import ClusterBus
+from server.inprocess import InProcessNode
 from cluster.membership import Membership, random_node_id
 from protocol import bus
 from protocol.bus import (
@@ -49,17 +51,37 @@ def test_type_constants_are_distinct_and_named():
     assert set(bus.TYPE_NAMES) == set(types)
 
 
+JID = b"D-00000000-000000000000000000000001-05a1"
+JOB = [JID, b"q", b"\x00body", 1, 0, 2, 10, 20, 0, 5, 0, 0, [A], 0]
+
+
 def test_batch_round_trip_and_unbatch():
-    items = [bus.REPLJOB, [b"id", b"q", b"\x00body"], bus.GOTJOB, b"id", bus.DELJOB, b"x"]
+    items = [bus.REPLJOB, JOB, bus.GOTJOB, JID, bus.DELJOB, JID]
     msg = sample(bus.BATCH, items, gossip=[])
     (got,) = read_all(encode_frame(msg))
     assert got == msg
     parts = bus.unbatch(got)
     assert [(m.type, m.payload) for m in parts] == [
-        (bus.REPLJOB, [b"id", b"q", b"\x00body"]), (bus.GOTJOB, b"id"), (bus.DELJOB, b"x")]
+        (bus.REPLJOB, JOB), (bus.GOTJOB, JID), (bus.DELJOB, JID)]
     assert all(m.sender == A and m.port == 7711 and m.flags == bus.FLAG_LEAVING
                for m in parts)
-    assert bus.unbatch(sample(bus.GOTJOB, b"id")) == [sample(bus.GOTJOB, b"id")]
+    assert bus.unbatch(sample(bus.GOTJOB, JID)) == [sample(bus.GOTJOB, JID)]
+
+
+@pytest.mark.parametrize("mtype, payload", [
+    (bus.REPLJOB, [JID, b"q"]), (bus.REPLJOB, JOB[:12] + [["not-a-node-id"], 0]),
+    (bus.GOTJOB, b"short"), (bus.GOTJOB, "D-" + "0" * 38), (bus.DELJOB, None),
+    (bus.QUEUED, [JID, 1]), (bus.SETACK, [JID, "1"]), (bus.GOTACK, JID),
+    (bus.NEEDJOBS, ["q", 1]), (bus.YOURJOBS, [JOB, 5]), (bus.PAUSE, [b"q"]),
+])
+def test_a_job_payload_without_its_shape_is_dropped_and_counted(mtype, payload):
+    """The peer's fault, found where the message is decoded: that message only
+    is dropped (the link stays, a batch keeps its other entries)."""
+    (got,) = read_all(encode_frame(sample(mtype, payload, gossip=[])))
+    assert (got.type, got.malformed, got.payload) == (mtype, 1, None)
+    batch = [bus.GOTJOB, JID, mtype, payload, bus.DELJOB, JID]
+    (got,) = read_all(encode_frame(sample(bus.BATCH, batch, gossip=[])))
+    assert got.malformed == 1 and got.payload == [bus.GOTJOB, JID, bus.DELJOB, JID]
 
 
 @pytest.mark.parametrize("payload", [
@@ -71,8 +93,20 @@ def test_malformed_batch_is_a_protocol_error(payload):
         read_all(encode_frame(sample(bus.BATCH, payload, gossip=[])))
 
 
-@pytest.mark.parametrize("mtype", ALL_TYPES)
-def test_round_trip_every_type(mtype):
+MEMBERSHIP_TYPES = [bus.PING, bus.PONG, bus.MEET, bus.FAIL]
+
+
+def valid_payload(mtype, i=0):
+    """A payload of the shape protocol/bus.py checks for job-layer types."""
+    return {bus.REPLJOB: JOB, bus.YOURJOBS: [JOB, JOB], bus.GOTJOB: JID,
+            bus.ENQUEUE: JID, bus.NEEDJOBS: [b"q", i, 25], bus.SETACK: [JID, i],
+            bus.GOTACK: [JID, 1], bus.DELJOB: JID, bus.WORKING: JID,
+            bus.WILLQUEUE: JID, bus.QUEUED: [JID, i, 2], bus.PAUSE: [b"q", 3]}.get(
+        mtype, {"i": i})
+
+
+@pytest.mark.parametrize("mtype", MEMBERSHIP_TYPES)
+def test_round_trip_any_payload(mtype):
     payload = {"id": "D-aaaaaaaa-" + "x" * 24 + "-0001", "body": b"\x00\xffbinary",
                "nodes": [A, B], "n": 3, "flag": True, "none": None}
     msg = sample(mtype, payload)
@@ -81,6 +115,13 @@ def test_round_trip_every_type(mtype):
     assert isinstance(got.gossip[0], GossipEntry)
     assert got.payload["body"] == b"\x00\xffbinary"      # bin stays bytes
     assert isinstance(got.payload["id"], str)            # str stays str
+
+
+@pytest.mark.parametrize("mtype", ALL_TYPES)
+def test_round_trip_every_type(mtype):
+    msg = sample(mtype, valid_payload(mtype))
+    (got,) = read_all(encode_frame(msg))
+    assert got == msg and got.malformed == 0
 
 
 def test_frame_layout_is_length_prefix_plus_msgpack_array():
@@ -93,7 +134,7 @@ def test_frame_layout_is_length_prefix_plus_msgpack_array():
 
 
 def test_partial_feeds_byte_by_byte():
-    msgs = [sample(t, {"i": i}) for i, t in enumerate(ALL_TYPES)]
+    msgs = [sample(t, valid_payload(t, i)) for i, t in enumerate(ALL_TYPES)]
     data = b"".join(encode_frame(m) for m in msgs)
     r = FrameReader()
     got = []
@@ -106,7 +147,8 @@ def test_partial_feeds_byte_by_byte():
 
 def test_random_chunking_and_many_frames_in_one_feed():
     rng = random.Random(7)
-    msgs = [sample(bus.REPLJOB, {"body": bytes(rng.randrange(256) for _ in range(rng.randrange(3000)))})
+    msgs = [sample(bus.REPLJOB, JOB[:2] + [bytes(rng.randrange(256)
+                                                   for _ in range(rng.randrange(3000)))] + JOB[3:])
             for _ in range(50)]
     data = b"".join(encode_frame(m) for m in msgs)
     assert read_all(data) == msgs
@@ -215,11 +257,75 @@ def test_arbitrary_bytes_only_ever_raise_protocol_error(data):
                     | st.dictionaries(st.text(max_size=8), inner, max_size=4),
                     max_leaves=20))
 def test_any_msgpack_payload_round_trips(payload):
-    msg = sample(bus.REPLJOB, payload)
+    msg = sample(bus.PING, payload)
     assert decode_body(encode_body(msg)).payload == payload
+    # A job-layer type: kept when it has the type's shape, else dropped, never
+    # an exception for the handler to meet.
+    got = decode_body(encode_body(sample(bus.REPLJOB, payload)))
+    assert (got.payload, got.malformed) in ((payload, 0), (None, 1))
 
 
 # -- the asyncio shell ---------------------------------------------------------------
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class BusDriver:
+    """A whole node (server/inprocess.py: Node + Cluster + the output driver) on a
+    real ClusterBus, ticking in the event loop: the membership over real sockets."""
+
+    def __init__(self, membership, *, host="127.0.0.1", port=0, tick_interval=0.1,
+                 **bus_options) -> None:
+        self.membership = membership
+        self.tick_interval = tick_interval
+        self.bus = ClusterBus(self._on_message, host=host, port=port,
+                              on_link_up=self._on_link_up, on_link_down=self._on_link_down,
+                              **bus_options)
+        self.node = None
+        self._ticker = None
+
+    async def start(self) -> None:
+        await self.bus.start()
+        m = self.membership
+        if not m.myself.bus_port:
+            m.set_address(m.myself.ip, m.myself.port, self.bus.port)
+        self.node = InProcessNode(Config(cluster_node_timeout=m.node_timeout),
+                                  clock=wall_ms, membership=m, bus=self.bus)
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_loop())
+
+    async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            try:
+                await self._ticker
+            except asyncio.CancelledError:
+                pass
+        await self.bus.close()
+
+    @property
+    def saved(self):
+        return self.node.saved_nodes_conf
+
+    async def _tick_loop(self) -> None:
+        while True:
+            self.node.tick()
+            await asyncio.sleep(self.tick_interval)
+
+    def meet(self, ip: str, bus_port: int) -> None:
+        self.node.cluster.meet(ip, bus_port, wall_ms())
+        self.node.driver.after_input()
+
+    def _on_message(self, link, msg) -> None:
+        if self.node is not None:
+            self.node.bus_message(link, msg)
+
+    def _on_link_up(self, node_id: str) -> None:
+        self.node.link_up(node_id)
+
+    def _on_link_down(self, node_id: str) -> None:
+        self.node.link_down(node_id)
+
 
 async def wait_for(predicate, timeout=15.0):
     deadline = time.monotonic() + timeout
@@ -315,7 +421,7 @@ async def test_bus_detects_a_dead_node_and_clears_fail_when_it_restarts():
     # Real sockets end to end: links fail, PFAIL -> FAIL by majority, the node
     # restarts from its nodes.conf on the same port, reconnects, FAIL is cleared.
     timeout = 600
-    saved = {}
+    drivers_by_index = {}
     drivers = []
 
     async def start(i, conf=None, port=0):
@@ -327,9 +433,9 @@ async def test_bus_detects_a_dead_node_and_clears_fail_when_it_restarts():
             m = Membership.from_nodes_conf(conf, ip="127.0.0.1", port=7711 + i,
                                            bus_port=port, rng=rng, node_timeout=timeout)
         d = BusDriver(m, host="127.0.0.1", port=port, tick_interval=0.05,
-                      on_save=lambda text: saved.__setitem__(i, text),
                       backoff_min=0.05, backoff_max=0.2)
         await d.start()
+        drivers_by_index[i] = d
         return d
 
     try:
@@ -340,6 +446,7 @@ async def test_bus_detects_a_dead_node_and_clears_fail_when_it_restarts():
         assert await wait_for(lambda: all(len(d.membership.known_ids()) == 3 for d in drivers))
         victim = drivers[2]
         vid, vport = victim.membership.node_id, victim.bus.port
+        saved = victim.saved
         await victim.close()
 
         def failed():
@@ -351,7 +458,7 @@ async def test_bus_detects_a_dead_node_and_clears_fail_when_it_restarts():
             (line,) = [l for l in d.membership.nodes_lines() if l.startswith(vid)]
             assert " fail " in line and line.endswith(" disconnected")
 
-        drivers[2] = await start(2, saved[2], port=vport)       # same id, no MEET
+        drivers[2] = await start(2, saved, port=vport)          # same id, no MEET
         assert drivers[2].membership.node_id == vid
 
         def healed():

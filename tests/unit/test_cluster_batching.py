@@ -4,6 +4,7 @@ unpacked in order on the other side, counted as separate messages."""
 
 import random
 
+from broker.commands import COMMANDS
 from broker.config import Config
 from broker.node import BLOCKED, Node
 from cluster.cluster import Cluster
@@ -13,6 +14,7 @@ from protocol.bus import FrameReader, encode_frame
 from protocol.resp import Status
 
 NOW = 1_000_000
+J1, J2, J3 = (b"D-00000000-%024d-05a1" % i for i in (1, 2, 3))     # job ids' shape
 
 
 def make_cluster(n: int = 3):
@@ -23,7 +25,8 @@ def make_cluster(n: int = 3):
         rng = random.Random(i)
         m = Membership(random_node_id(rng), "10.0.0.%d" % (i + 1), 7711, 17711, rng=rng,
                        now=NOW)
-        node = Node(Config(), lambda: clock[0], rng, node_id=m.node_id)
+        node = Node(Config(), lambda: clock[0], rng, node_id=m.node_id, commands=COMMANDS,
+                    strict=True)
         nodes.append(Cluster(node, m))
     for c in nodes:
         for other in nodes:
@@ -70,7 +73,7 @@ def test_nothing_for_a_node_deleted_before_the_drain():
     a, b, c = make_cluster()
     a.send(b.myself_id, B.GOTJOB, b"j1")
     a.send(c.myself_id, B.GOTJOB, b"j1")
-    a._collect(a.m.forget(b.myself_id, NOW))
+    a.forget(b.myself_id, NOW)
     out = a.drain()
     assert DropLink(b.myself_id, True) in out
     assert [s.node_id for s in sends(out)] == [c.myself_id]
@@ -85,17 +88,17 @@ def test_a_batch_is_handled_message_by_message():
         for t in (B.GOTJOB, B.DELJOB, B.QUEUED):
             cluster_mod.HANDLERS[t] = (
                 lambda cl, sender, payload, now, t=t: seen.append((t, sender, payload)))
-        a.send(b.myself_id, B.GOTJOB, b"j1")
-        a.send(b.myself_id, B.DELJOB, b"j2")
-        a.send(b.myself_id, B.QUEUED, b"j3")
+        a.send(b.myself_id, B.GOTJOB, J1)
+        a.send(b.myself_id, B.DELJOB, J2)
+        a.send(b.myself_id, B.QUEUED, [J3, 0, 1])
         (s,) = sends(a.drain())
         before = b.m.stats_received
         b.handle_message(Link("10.0.0.1", "10.0.0.2"), wire(s.msg), NOW)
     finally:
         cluster_mod.HANDLERS.clear()
         cluster_mod.HANDLERS.update(saved)
-    assert seen == [(B.GOTJOB, a.myself_id, b"j1"), (B.DELJOB, a.myself_id, b"j2"),
-                    (B.QUEUED, a.myself_id, b"j3")]
+    assert seen == [(B.GOTJOB, a.myself_id, J1), (B.DELJOB, a.myself_id, J2),
+                    (B.QUEUED, a.myself_id, [J3, 0, 1])]
     assert b.m.stats_received == before + 3
 
 
@@ -127,44 +130,42 @@ def test_replicated_addjobs_travel_as_one_frame_each_way():
 
 
 def test_a_batch_too_big_for_one_frame_goes_message_by_message(monkeypatch):
-    """The shell's fallback (broker/server.py): a BATCH over the frame size limit
-    is sent as one frame per message rather than dropped."""
-    import broker.server as server_mod
+    """The output driver's fallback (server/driver.py): a BATCH over the frame
+    size limit is sent as one frame per message rather than dropped."""
+    import server.driver as driver_mod
     from protocol.bus import BusProtocolError
 
-    real = server_mod.encode_frame
+    real = driver_mod.encode_frame
 
     def encode(msg, *a):
         if msg.type == B.BATCH:
             raise BusProtocolError("too big")
         return real(msg, *a)
 
-    monkeypatch.setattr(server_mod, "encode_frame", encode)
+    monkeypatch.setattr(driver_mod, "encode_frame", encode)
     sent = []
 
     class FakeBus:
         def send(self, node_id, ip, bus_port, frame):
             sent.append((node_id, frame))
 
-    class FakeServer:
-        bus = FakeBus()
-        apply_cluster_outputs = server_mod.Server.apply_cluster_outputs
-
     a, b, _ = make_cluster()
-    a.send(b.myself_id, B.GOTJOB, b"j1")
-    a.send(b.myself_id, B.DELJOB, b"j2")
-    server_mod.Server.apply_cluster_outputs(FakeServer(), a.drain())
+    driver = driver_mod.OutputDriver(a.node, a, bus=FakeBus())
+    a.send(b.myself_id, B.GOTJOB, J1)
+    a.send(b.myself_id, B.DELJOB, J2)
+    driver.flush()
     got = []
     for node_id, frame in sent:
         r = FrameReader()
         r.feed(frame)
         got += [(node_id, m.type, m.payload) for m in r]
-    assert got == [(b.myself_id, B.GOTJOB, b"j1"), (b.myself_id, B.DELJOB, b"j2")]
+    assert got == [(b.myself_id, B.GOTJOB, J1), (b.myself_id, B.DELJOB, J2)]
 
 
 def test_a_malformed_message_drops_only_itself():
-    """A payload the node cannot use (a buggy peer, another version) is logged
-    and dropped; the rest of the batch is still handled."""
+    """A payload without its type's shape (a buggy peer, another version) is
+    rejected where the message is decoded (protocol/bus.py), counted and
+    dropped; the rest of the batch is still handled."""
     a, b, _ = make_cluster()
     c = b.node.new_client()
     jid = b.node.handle_command(c, [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"1"])
@@ -173,5 +174,48 @@ def test_a_malformed_message_drops_only_itself():
     a.send(b.myself_id, B.SETACK, [b"too-short"])     # missing may-have
     a.send(b.myself_id, B.DELJOB, jid)                # valid: deletes the job
     (s,) = sends(a.drain())
-    b.handle_message(Link("10.0.0.1", "10.0.0.2"), wire(s.msg), NOW)
+    msg = wire(s.msg)
+    assert msg.malformed == 2 and msg.payload == [B.DELJOB, jid]
+    b.handle_message(Link("10.0.0.1", "10.0.0.2"), msg, NOW)
     assert b.node.get_job(jid) is None
+    assert b.node.stats["malformed_bus_messages"] == 2
+    assert b.node.stats["internal_errors"] == 0
+
+
+def test_a_malformed_single_message_keeps_its_header():
+    a, b, _ = make_cluster()
+    a.send(b.myself_id, B.GOTACK, [b"x" * 40])          # not an id, no known flag
+    (s,) = sends(a.drain())
+    msg = wire(s.msg)
+    assert msg.type == B.GOTACK and msg.malformed == 1 and msg.payload is None
+    b.handle_message(Link("10.0.0.1", "10.0.0.2"), msg, NOW)
+    assert b.node.stats["malformed_bus_messages"] == 1
+
+
+def test_a_bug_in_a_handler_is_an_internal_error_not_a_malformed_message(monkeypatch):
+    """Strict (tests, the simulator): our exception propagates. In production:
+    logged, counted in INFO internal_errors, and the node goes on with the next
+    message of the batch."""
+    import pytest
+
+    from cluster import cluster as cluster_mod
+    a, b, _ = make_cluster()
+    c = b.node.new_client()
+    jid = b.node.handle_command(c, [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"1"]).encode()
+
+    def broken(cl, sender, payload, now):
+        raise AttributeError("a bug of ours")
+
+    monkeypatch.setitem(cluster_mod.HANDLERS, B.WILLQUEUE, broken)
+    a.send(b.myself_id, B.WILLQUEUE, jid)
+    a.send(b.myself_id, B.DELJOB, jid)
+    (s,) = sends(a.drain())
+    with pytest.raises(AttributeError):
+        b.handle_message(Link("10.0.0.1", "10.0.0.2"), wire(s.msg), NOW)
+    b.node.strict = False
+    b.handle_message(Link("10.0.0.1", "10.0.0.2"), wire(s.msg), NOW)
+    assert b.node.stats["internal_errors"] == 1
+    assert b.node.stats["malformed_bus_messages"] == 0
+    assert b.node.get_job(jid) is None                  # the DELJOB after it still ran
+    info = b.node.handle_command(c, [b"INFO", b"stats"])      # verbatim text
+    assert "internal_errors:1\r\n" in info

@@ -106,7 +106,7 @@ def set_error(name: str, value: str) -> ConfigError:
 def test_every_directive_is_a_typed_attribute():
     # Config's annotations are what type checkers and readers see; they must
     # not drift from the table that drives parsing.
-    extra = {"config_file", "validators", "listeners"}
+    extra = {"config_file", "watchers"}
     annotated = set(Config.__annotations__) - extra
     assert annotated == {d.attr for d in DIRECTIVES.values()}
 
@@ -392,24 +392,25 @@ def test_failed_set_changes_nothing():
     assert c == Config()
 
 
-def test_listeners_and_validators():
+def test_watchers_see_every_change_and_may_refuse_it():
     c = Config()
     seen = []
-    c.listeners.append(seen.append)
 
-    def no_small_timeouts(name, value):
-        if name == "cluster-node-timeout" and value < 100:
+    def no_small_timeouts(name):
+        seen.append((name, c.cluster_node_timeout))
+        if name == "cluster-node-timeout" and c.cluster_node_timeout < 100:
             raise ConfigError("too small")
 
-    c.validators.append(no_small_timeouts)
+    c.watchers.append(no_small_timeouts)
     c.set("loglevel", "debug")
     c.set("cluster-node-timeout", "500")
     with pytest.raises(ConfigError, match="too small"):
         c.set("cluster-node-timeout", "50")
-    assert c.cluster_node_timeout == 500
+    assert c.cluster_node_timeout == 500         # the refused value was undone
     with pytest.raises(ConfigError):
         c.set("maxmemory", "bad")
-    assert seen == ["loglevel", "cluster-node-timeout"]
+    assert seen == [("loglevel", 15000), ("cluster-node-timeout", 500),
+                    ("cluster-node-timeout", 50)]
 
 
 # -- CONFIG GET ----------------------------------------------------------------

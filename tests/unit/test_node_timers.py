@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from broker.commands import COMMANDS
 from broker.config import Config
 from broker.node import BLOCKED, Node
 from protocol.resp import NULL_ARRAY, Error
@@ -26,7 +27,7 @@ def clock():
 
 @pytest.fixture
 def node(clock):
-    return Node(Config(), clock, random.Random(1))
+    return Node(Config(), clock, random.Random(1), commands=COMMANDS, strict=True)
 
 
 def run(node, client, *args):
@@ -162,7 +163,7 @@ def test_paused_queue_is_not_collected(node, clock):
 def test_over_maxmemory_refuses_growth_after_evicting(clock):
     cfg = Config()
     cfg.set("maxmemory", "3mb")
-    node = Node(cfg, clock, random.Random(2))
+    node = Node(cfg, clock, random.Random(2), commands=COMMANDS, strict=True)
     c = node.new_client()
     body = b"x" * 10_000
     ids = []

@@ -13,9 +13,9 @@ later, the job layer). It provides:
   ``transport.write`` (at once on :meth:`ClusterBus.uncork` for a caller that
   batches per turn itself). A frame that does not parse (``BusProtocolError``) closes
   only that connection.
-* :class:`BusDriver` - glue for a bare :class:`~cluster.membership.Membership`:
-  ticks it, feeds it messages and link reports, executes its outputs. The broker
-  Node does the same with its own outputs; tests and tools use this one as is.
+
+What the messages mean is the core's business; what to send comes out of the
+output driver (server/driver.py), which calls :meth:`ClusterBus.send`.
 
 Addresses: the bus listens on ``host``/``port``; what peers are told (the header
 of every message) is the Membership's own ip/port/bus_port, i.e. the
@@ -28,22 +28,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
-from typing import Any, Callable, Iterable
+from typing import Callable
 
-from cluster.membership import DropLink, Link, Membership, SaveConfig, Send
+from cluster.membership import Link
 from protocol.bus import (
     DEFAULT_MAX_FRAME_SIZE, BusMessage, BusProtocolError, FrameReader, encode_frame,
 )
 
-__all__ = ["ClusterBus", "BusDriver", "wall_clock_ms"]
+__all__ = ["ClusterBus"]
 
 log = logging.getLogger(__name__)
-
-
-def wall_clock_ms() -> int:
-    """The ``now`` the core wants: wall clock ms (CLUSTER NODES shows it)."""
-    return time.time_ns() // 1_000_000
 
 
 class _Conn(asyncio.Protocol):
@@ -353,11 +347,8 @@ class ClusterBus:
         self._inbound[node_id] = conn
 
     def _dispatch(self, link: Link, msg: BusMessage) -> None:
-        try:
-            self.on_message(link, msg)
-        except Exception:
-            log.exception("Bus message handler failed on %s from %s",
-                          msg.type_name, msg.sender)
+        # The handler (the output driver) deals with our own bugs itself.
+        self.on_message(link, msg)
 
     def _conn_lost(self, conn: _Conn) -> None:
         peer = conn.peer
@@ -369,86 +360,3 @@ class ClusterBus:
         if peer.conn is conn:
             peer.conn = None
             self._link_failed(peer)
-
-
-class BusDriver:
-    """A :class:`Membership` on a real :class:`ClusterBus`, ticking every
-    ``tick_interval`` s. ``on_save(text)`` gets nodes.conf contents to write;
-    ``on_message(link, msg, now)`` sees every message after the membership (the job
-    layer's hook); ``on_output(output)`` every output that is not a Send, DropLink
-    or SaveConfig (NodeEvents)."""
-
-    def __init__(self, membership: Membership, *, host: str | list[str] | None = "127.0.0.1",
-                 port: int = 0, tick_interval: float = 0.1,
-                 clock: Callable[[], int] = wall_clock_ms,
-                 on_save: Callable[[str], None] | None = None,
-                 on_message: Callable[[Link, BusMessage, int], Any] | None = None,
-                 on_output: Callable[[Any], None] | None = None, **bus_options) -> None:
-        self.membership = membership
-        self.clock = clock
-        self.tick_interval = tick_interval
-        self.on_save = on_save
-        self.extra_handler = on_message
-        self.on_output = on_output
-        self.bus = ClusterBus(self._on_message, host=host, port=port,
-                              on_link_up=self._on_link_up,
-                              on_link_down=self._on_link_down, **bus_options)
-        self._ticker: asyncio.Task | None = None
-
-    async def start(self) -> None:
-        await self.bus.start()
-        me = self.membership.myself
-        if not me.bus_port:
-            # Listening on an ephemeral port: announce the one we got.
-            self.apply(self.membership.set_address(me.ip, me.port, self.bus.port))
-        self._ticker = asyncio.get_running_loop().create_task(self._tick_loop())
-
-    async def close(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            try:
-                await self._ticker
-            except asyncio.CancelledError:
-                pass
-        await self.bus.close()
-
-    async def _tick_loop(self) -> None:
-        while True:
-            self.apply(self.membership.tick(self.clock()))
-            await asyncio.sleep(self.tick_interval)
-
-    def meet(self, ip: str, bus_port: int) -> None:
-        self.apply(self.membership.meet(ip, bus_port, self.clock()))
-
-    def apply(self, outputs: Iterable) -> None:
-        frames: dict[int, bytes] = {}    # broadcast: encode each message once
-        for out in outputs:
-            if isinstance(out, Send):
-                key = id(out.msg)
-                frame = frames.get(key)
-                if frame is None:
-                    try:
-                        frame = frames[key] = encode_frame(out.msg, self.bus.max_frame_size)
-                    except BusProtocolError as exc:
-                        log.warning("Not sending %s: %s", out.msg.type_name, exc)
-                        continue
-                self.bus.send(out.node_id, out.ip, out.bus_port, frame)
-            elif isinstance(out, DropLink):
-                self.bus.drop_link(out.node_id, out.forget)
-            elif isinstance(out, SaveConfig):
-                if self.on_save is not None:
-                    self.on_save(out.text)
-            elif self.on_output is not None:
-                self.on_output(out)
-
-    def _on_message(self, link: Link, msg: BusMessage) -> None:
-        now = self.clock()
-        self.apply(self.membership.handle_message(link, msg, now))
-        if self.extra_handler is not None:
-            self.apply(self.extra_handler(link, msg, now) or ())
-
-    def _on_link_up(self, node_id: str) -> None:
-        self.apply(self.membership.link_up(node_id, self.clock()))
-
-    def _on_link_down(self, node_id: str) -> None:
-        self.apply(self.membership.link_down(node_id, self.clock()))

@@ -1,12 +1,14 @@
 """The append-only file: writer, fsync policies, background rewrite, loading.
 
 This is the I/O shell around broker/aof_format.py (the record format and the
-loader, sans-IO). One ``AppendOnlyFile`` is ``node.aof`` while ``appendonly`` is
-on; the Node calls its ``log_*`` hooks, the server calls ``flush()`` once per
-event-loop iteration before any reply leaves (the Redis "beforeSleep" rule: a
-client never sees an id whose record was not at least written), so with
-``appendfsync always`` every acknowledged job is on disk, and with ``everysec`` a
-kill -9 loses nothing already written (only an OS crash can lose the last second).
+loader, sans-IO). One ``AppendOnlyFile`` exists while ``appendonly`` is on; the
+Node's records (broker/records.py, its outputs) reach it through the output
+driver (server/driver.py: ``append``), which calls ``flush()`` once per
+event-loop turn before any reply or bus message of that turn leaves (the Redis
+"beforeSleep" rule: a client never sees an id whose record was not at least
+written), so with ``appendfsync always`` every acknowledged job is on disk, and
+with ``everysec`` a kill -9 loses nothing already written (only an OS crash can
+lose the last second).
 
 Rewrite (BGREWRITEAOF, automatic, ``CONFIG SET appendonly yes``): the job shards
 are walked in order, a few milliseconds per event-loop turn, into a temporary
@@ -22,15 +24,15 @@ import asyncio
 import gc
 import logging
 import os
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from broker import aof_format as fmt
-from broker.commands import CommandError
+from broker import lifecycle
+from broker.dispatch import CommandError
 from broker.job import ACKED
 
-log = logging.getLogger("broker.aof")
+log = logging.getLogger("server.aof")
 
 LOAD_CHUNK = 1 << 20                    # bytes read per event-loop turn while loading
 REWRITE_SLICE = 0.004                   # seconds of rewrite work per event-loop turn
@@ -66,20 +68,19 @@ def _write_all(fd: int, data) -> None:
 
 
 class AppendOnlyFile:
-    """``node.aof``: see the module docstring. ``wake()`` is called when records
-    start waiting, so that the server schedules ``flush()``."""
+    """The AOF of one node: see the module docstring. It reads the node's jobs
+    (rewrite, load) and tells it its write status (``node.aof_error``:
+    MISCONF); the node never holds it."""
 
-    def __init__(self, node, config, loop, wake=None, exit_on_fatal=True) -> None:
+    def __init__(self, node, config, loop, exit_on_fatal=True) -> None:
         self.node = node
         self.config = config
         self.loop = loop
-        self.wake = wake
         self.exit_on_fatal = exit_on_fatal
         self.path = config.appendfilename
         self.fd = None
         self.state = "off"              # loading | on | wait_rewrite | off
-        self.pending: list = []         # Job (creation) or (kind, id), in order
-        self.flush_requested = False
+        self.pending: list = []         # records (broker/records.py), in order
         self.outbuf = b""               # encoded but not written (write error)
         self.current_size = 0
         self.base_size = 0
@@ -101,39 +102,10 @@ class AppendOnlyFile:
         self.loading_done = 0
         self.loaded_jobs = 0
 
-    # ---------------------------------------------------------- Node hooks
-    def log_job(self, job) -> None:
-        """A job was created or received: log all of it (encoded at flush time,
-        so the record carries its state as of the end of this event)."""
-        self.pending.append(job)
-        if not self.flush_requested:
-            self._request_flush()
-
-    def log_delete(self, job) -> None:
-        self.pending.append((fmt.REC_DEL, job.id))
-        if not self.flush_requested:
-            self._request_flush()
-
-    def log_ack(self, job) -> None:
-        self.pending.append((fmt.REC_ACK, job.id))
-        if not self.flush_requested:
-            self._request_flush()
-
-    def log_delivered(self, job) -> None:
-        """A RETRY 0 job was given to a client: a load must never queue it again."""
-        self.pending.append((fmt.REC_DELIVERED, job.id))
-        if not self.flush_requested:
-            self._request_flush()
-
-    def log_flushall(self) -> None:
-        self.pending.append((fmt.REC_FLUSHALL, None))
-        if not self.flush_requested:
-            self._request_flush()
-
-    def _request_flush(self) -> None:
-        self.flush_requested = True
-        if self.wake is not None:
-            self.wake()
+    # ----------------------------------------------------- the driver's input
+    def append(self, records: list) -> None:
+        """The node's records of one turn (written by the next ``flush``)."""
+        self.pending.extend(records)
 
     # ------------------------------------------------------------- writing
     def flush(self, fsync: bool = False) -> None:
@@ -141,7 +113,6 @@ class AppendOnlyFile:
         when asked). Called by the server before replies are sent."""
         if self.state == "loading" or self.state == "off":
             return
-        self.flush_requested = False
         if self.pending:
             items, self.pending = self.pending, []
             data = fmt.encode_items(items)
@@ -185,10 +156,12 @@ class AppendOnlyFile:
         if self.last_write_status != "ok":
             log.warning("AOF write error looks solved, Disquette can write again.")
             self.last_write_status = "ok"
+            self.node.aof_error = None
 
     def _write_failed(self, e: OSError) -> None:
         self.last_write_status = "err"
         self.last_write_error = e.strerror or str(e)
+        self.node.aof_error = self.last_write_error
         if self.config.appendfsync == "always":
             # As Redis: acknowledged writes can no longer be guaranteed.
             log.warning("Can't write to the append-only file: %s (appendfsync always): "
@@ -466,8 +439,6 @@ class AppendOnlyFile:
         self.start_cron()
         log.info("DB loaded from append only file: %.3f seconds (%d jobs)",
                  time.monotonic() - started, self.node.job_count)
-        if self.pending:
-            self._request_flush()
 
     def _corrupt_message(self, e: fmt.CorruptAOF) -> str:
         if isinstance(e, fmt.BadHeader):
@@ -521,9 +492,10 @@ class AppendOnlyFile:
             self.rewrite.abort()
         if self.state == "wait_rewrite":
             self.rewrite_now()
+        self.append(self.node.take_records())   # this turn's, not taken by the driver yet
         self.flush(fsync=True)
         node = self.node
-        node.flushall()
+        lifecycle.flush_all(node, record=False)
         loader = self._loader(node.clock())
         try:
             with open(self.path, "rb") as f:

@@ -1,0 +1,533 @@
+"""A job's life on this node: every state change, with its timers, the registry's
+accounting and the AOF records it leaves (SPEC sections 3, 5, 7).
+
+    new ──add_pending──> wait-repl ──activate──┐
+    new ──add──────────────────────────────────┴─> active <──queue / dequeue──> queued
+    copy from a peer ──adopt_replica / adopt_moved──> active        │ deliver
+    active ──(timer) requeue, postpone, working                     v
+    active / queued ──ack──> acked ──(timer) ack GC──> delete        active
+    any ──delete / expire / flush_all──> gone
+
+Commands, the cluster's message handlers and the AOF loader call these functions;
+nothing else assigns ``job.state``, ``job.requeue_time`` or ``job.gc_time``. The
+cluster layer is told through the Node's ``cluster`` hooks (``job_queued``,
+``job_deleted``, ``send_willqueue``, ``try_job_gc``...), duck-typed: this module
+imports nothing above the broker core.
+
+Persistence is an output: a change that must survive a restart appends an item
+to ``node.records`` (broker/records.py) while ``node.persist`` is on, whatever
+caused it; the shell writes them before the replies and bus messages of the same
+input leave.
+"""
+
+from __future__ import annotations
+
+from broker.job import (
+    ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_DUMMY_ACK, FLAG_QUEUED_ONCE,
+    JOB_OVERHEAD, QUEUED, WAIT_REPL, B64_INDEX, Job, job_from_fields, job_shard, make_job_id,
+)
+from broker.queue import PAUSED_IN, PAUSED_OUT, Queue
+from broker.records import REC_ACK, REC_DEL, REC_DELIVERED, REC_FLUSHALL
+
+WILLQUEUE_ADVANCE_MS = 500      # SPEC section 8: WILLQUEUE 500 ms before requeue
+REQUEUE_JITTER_MS = 250         # SPEC section 5: +-250 ms
+GC_FIRST_MS = 1000              # ack GC: first retry after 1 s, doubling...
+GC_MAX_MS = 180_000             # ...capped near 3 min
+
+
+# ------------------------------------------------------------------- timers
+def wake_time(job: Job) -> int:
+    """When the timer wheel must next look at a job, derived from its state."""
+    t = job.etime
+    state = job.state
+    if state == ACTIVE:
+        q = job.requeue_time
+        if q:
+            if job.nodes_delivered and not job.flags & FLAG_BCAST_WILLQUEUE:
+                q -= WILLQUEUE_ADVANCE_MS
+            if q < t:
+                t = q
+    elif state == ACKED:
+        q = job.gc_time
+        if q and q < t:
+            t = q
+    return t
+
+
+def schedule(node, job: Job) -> None:
+    node.timers.add(job, wake_time(job))
+
+
+def jitter(node) -> int:
+    """Uniform in [-250, 250] ms (as randint, at a third of its cost)."""
+    return int(node.rng.random() * (2 * REQUEUE_JITTER_MS + 1)) - REQUEUE_JITTER_MS
+
+
+# ------------------------------------------------------------------ registry
+def _register(node, job: Job) -> None:
+    jid = job.id
+    shard = node.job_shards[(B64_INDEX[jid[11]] << 6) | B64_INDEX[jid[12]]]  # job_shard()
+    if jid not in shard:
+        node.job_count += 1
+        node.jobs_memory += len(job.body) + JOB_OVERHEAD
+    shard[jid] = job
+    node.timers.add(job, wake_time(job))       # schedule()
+
+
+def _record_job(node, job: Job) -> None:
+    if node.persist:
+        node.records.append(job)
+
+
+def new_job(node, queue: bytes, body: bytes, repl: int, ttl: int, delay: int,
+            retry: int, now: int) -> Job:
+    """A job created here (ADDJOB): its id, expire time, ctime and, with DELAY,
+    the time it is first queued. Not registered yet (add / add_pending)."""
+    jid = make_job_id(node.myself_id, node.rng.getrandbits(144), ttl, retry)
+    job = Job(jid, queue, body, WAIT_REPL, repl, node.shared_time(now, ttl),
+              node.new_ctime(now), delay, retry)
+    if delay:
+        job.requeue_time = node.shared_time(now, delay)
+    return job
+
+
+def add(node, job: Job, now: int) -> None:
+    """A new job whose only copy is here: live at once (logged, queued unless
+    delayed)."""
+    job.state = ACTIVE
+    _register(node, job)
+    _record_job(node, job)
+    if not job.delay:
+        queue(node, job, now)
+
+
+def add_pending(node, job: Job) -> None:
+    """A new job waiting for its copies to be confirmed (sync replication): held
+    here but not live, so not logged yet."""
+    job.state = WAIT_REPL
+    _register(node, job)
+
+
+def activate(node, job: Job, now: int) -> None:
+    """A wait-repl job is live (its copies are confirmed, or ASYNC): log it and
+    queue it unless delayed."""
+    job.state = ACTIVE
+    _record_job(node, job)
+    if not job.delay:
+        queue(node, job, now)
+    else:
+        schedule(node, job)
+
+
+def merge_counters(job: Job, nacks: int, additional_deliveries: int) -> None:
+    """Counters are a property of the job, not of the copy: a copy that is ahead
+    (QUEUED, YOURJOBS, REPLJOB) brings them here (issue 16, SPEC section 3)."""
+    if nacks > job.nacks:
+        job.nacks = nacks
+    if additional_deliveries > job.additional_deliveries:
+        job.additional_deliveries = additional_deliveries
+
+
+def adopt_replica(node, fields: list, now: int) -> Job:
+    """REPLJOB: hold a copy of a peer's job. A new copy is active, logged, and
+    re-queued by its own timer only if the copy queued elsewhere is not acked in
+    time (delay + retry from now, replication itself may take a while); an
+    existing copy learns the holders and counters it did not know."""
+    jid = bytes(fields[0])
+    job = node.get_job(jid)
+    me = node.myself_id
+    if job is not None:
+        job.nodes_delivered = (job.nodes_delivered or {me}) | set(fields[12] or ())
+        merge_counters(job, fields[10], fields[11])
+        return job
+    job = job_from_fields(fields)
+    job.state = ACTIVE
+    # Our retry timer fires only if the copy queued elsewhere was not acked in
+    # time: queueing it then is a redelivery (additional-deliveries).
+    job.flags = FLAG_DELIVERED if job.retry else 0
+    # The sender's list already names it when it keeps a copy; an external
+    # replication (no copy there) must not list it.
+    nd = job.nodes_delivered            # a fresh set (or None) of our own
+    if nd is None:
+        job.nodes_delivered = {me}
+    else:
+        nd.add(me)
+    job.nodes_confirmed = None
+    if job.retry:
+        start = max(now, job.ctime // 1_000_000 + job.delay * 1000)
+        job.requeue_time = start + job.retry * 1000 + jitter(node)
+    _register(node, job)
+    _record_job(node, job)
+    return job
+
+
+def adopt_moved(node, fields: list, sender: str, now: int):
+    """YOURJOBS: a job moved here by federation, to be queued here (the caller
+    queues it). None when our copy is acked. RETRY 0 jobs left the sender: we
+    are their only holder."""
+    jid = bytes(fields[0])
+    job = node.get_job(jid)
+    if job is not None:
+        if job.state == ACKED:
+            return None
+        merge_counters(job, fields[10], fields[11])
+        return job
+    job = job_from_fields(fields)
+    job.state = ACTIVE
+    if job.retry:
+        job.nodes_delivered = set(job.nodes_delivered or ()) | {sender, node.myself_id}
+    else:
+        job.nodes_delivered = None
+    job.nodes_confirmed = None
+    _register(node, job)
+    _record_job(node, job)
+    return job
+
+
+def add_dummy_ack(node, jid: bytes, ttl: int, now: int) -> Job:
+    """ACKJOB of an id never held here: an acked placeholder the cluster's ack GC
+    spreads (SPEC section 8). Not logged: it holds nothing to lose."""
+    job = Job(jid, b"", b"", ACKED, 0, now + ttl * 1000, node.new_ctime(now), 0, 0)
+    job.flags |= FLAG_DUMMY_ACK
+    job.gc_time = now
+    _register(node, job)
+    return job
+
+
+# -------------------------------------------------------------------- queues
+def can_queue(job: Job) -> bool:
+    """Not queued already, and not an at-most-once job already delivered."""
+    return job.state != QUEUED and not (job.retry == 0 and job.flags & FLAG_DELIVERED)
+
+
+def queue(node, job: Job, now: int) -> bool:
+    """Put a job in its queue (Disque's queueJob). False if it is already queued,
+    or is an at-most-once job already delivered. The other holders hear of it
+    (QUEUED, with the counters: count a requeue before calling this)."""
+    if job.state == QUEUED or (job.retry == 0 and job.flags & FLAG_DELIVERED):
+        return False
+    job.state = QUEUED
+    job.flags |= FLAG_QUEUED_ONCE
+    # The requeue time runs from the moment of queueing; the jitter is added at
+    # delivery so that a burst of queued jobs shares one int.
+    job.requeue_time = node.shared_time(now, job.retry) if job.retry else 0
+    q = node.queues.get(job.queue)
+    if q is None:
+        q = node.queues[job.queue] = Queue(job.queue, now)
+    q.jobs.add(job)
+    q.atime = now
+    q.jobs_in += 1
+    if q.blocked and not q.flags & PAUSED_OUT:
+        node.ready_queues.append(q)
+    cluster = node.cluster
+    # Only jobs with other holders, or queues other nodes asked for, concern the
+    # cluster: a lone job skips the calls (hot path).
+    if cluster is not None and (job.nodes_delivered or cluster.interest):
+        cluster.job_queued(job)
+    return True
+
+
+def dequeue(node, job: Job) -> bool:
+    """Take a queued job out of its queue; it stays here, active."""
+    if job.state != QUEUED:
+        return False
+    q = node.queues.get(job.queue)
+    if q is not None:
+        q.remove(job)
+    job.state = ACTIVE
+    return True
+
+
+def enqueue_after_delay(node, job: Job, now: int) -> None:
+    """ENQUEUE from the originator of an externally replicated job: queue it
+    now, or when its DELAY has elapsed."""
+    awake = job.ctime // 1_000_000 + job.delay * 1000
+    if job.delay and awake > now:
+        job.requeue_time = awake
+        schedule(node, job)
+    else:
+        queue(node, job, now)
+
+
+def requeue(node, job: Job, now: int, nack: bool) -> bool:
+    """NACK (nacks + 1) or ENQUEUE of an active job. As Disque: queueing a job
+    for the first time here (a DELAY job put in its queue early) is not an
+    additional delivery; a NACK always counts; an at-most-once job is queued
+    once at most, even if dequeued."""
+    if job.state != ACTIVE or not can_queue(job):
+        return False
+    again = job.flags & FLAG_QUEUED_ONCE
+    if again and not job.retry:
+        return False
+    # Counted first: the QUEUED that queue() sends carries the new counters.
+    if nack:
+        job.nacks += 1
+    elif again:
+        job.additional_deliveries += 1
+    queue(node, job, now)
+    schedule(node, job)
+    return True
+
+
+def deliver(node, q, now: int):
+    """Take the oldest job of q for a client (Disque's queueFetchJob), or None."""
+    job = q.jobs.popleft()
+    if job is None:
+        return None
+    job.state = ACTIVE
+    job.flags |= FLAG_DELIVERED
+    if job.retry:
+        job.requeue_time += jitter(node)
+        job.flags &= ~FLAG_BCAST_WILLQUEUE
+        node.timers.add(job, wake_time(job))   # schedule()
+    elif node.persist:      # a delivered RETRY 0 job is never queued again
+        node.records.append((REC_DELIVERED, job.id))
+    q.atime = now
+    q.jobs_out += 1
+    return job
+
+
+def take_for_peer(node, job: Job, receiver: str, now: int) -> None:
+    """Federation moves a queued job to `receiver` (YOURJOBS): RETRY 0 jobs leave
+    us; others stay here active, re-queued by us after retry if not acked."""
+    job.state = ACTIVE
+    if job.retry == 0:
+        delete(node, job)
+        return
+    if job.nodes_delivered is None:
+        job.nodes_delivered = {node.myself_id}
+    job.nodes_delivered.add(receiver)
+    job.requeue_time = now + job.retry * 1000
+    job.flags |= FLAG_DELIVERED     # our requeue would be a redelivery
+    schedule(node, job)
+
+
+def postpone(node, job: Job, now: int) -> None:
+    """Another holder queued it or a client works on it (QUEUED, WORKING from a
+    peer): our requeue moves one retry period (with jitter) ahead."""
+    if job.state == QUEUED:
+        dequeue(node, job)
+    if job.retry:
+        job.requeue_time = now + job.retry * 1000 + jitter(node)
+        job.flags &= ~FLAG_BCAST_WILLQUEUE
+        schedule(node, job)
+
+
+def working(node, job: Job, now: int) -> None:
+    """WORKING: the client still processes the job; requeue retry seconds from
+    now (the other holders are told directly, no WILLQUEUE)."""
+    if job.state == QUEUED:
+        dequeue(node, job)
+    job.flags |= FLAG_BCAST_WILLQUEUE
+    job.requeue_time = now + job.retry * 1000
+    schedule(node, job)
+
+
+# ---------------------------------------------------------------------- acks
+def ack(node, job: Job, now: int, gc_in: int = 0) -> None:
+    """The job was processed: acked until every holder knows (the cluster's ack
+    GC, first attempt `gc_in` ms from now), then deleted."""
+    if job.state == QUEUED:
+        dequeue(node, job)
+    job.state = ACKED
+    job.gc_time = now + gc_in
+    job.nodes_confirmed = None      # from now on: holders that confirmed the ack
+    job.gc_retry = 0
+    if node.persist:                # a reload must not make it live again
+        node.records.append((REC_ACK, job.id))
+    if gc_in:
+        schedule(node, job)
+
+
+def gc_backoff(node, job: Job, now: int) -> None:
+    """The ack GC did not finish: try again later (1 s doubling, capped near 3
+    min, with jitter)."""
+    backoff = min(GC_FIRST_MS << min(job.gc_retry, 20), GC_MAX_MS)
+    job.gc_retry += 1
+    job.gc_time = now + backoff + node.rng.randint(0, backoff // 4)
+    if node.is_registered(job):
+        schedule(node, job)
+
+
+# ------------------------------------------------------------------ deletion
+def delete(node, job: Job) -> None:
+    """Forget a job here, whatever its state (ack GC, DELJOB, FASTACK, TTL,
+    eviction, federation moving a RETRY 0 job)."""
+    shard = node.job_shards[job_shard(job.id)]
+    if shard.get(job.id) is not job:
+        return
+    if job.state == QUEUED:
+        dequeue(node, job)
+    del shard[job.id]
+    node.job_count -= 1
+    node.jobs_memory -= len(job.body) + JOB_OVERHEAD
+    node.timers.cancel(job)
+    if node.persist:
+        node.records.append((REC_DEL, job.id))
+    if node.cluster is not None:
+        node.cluster.job_deleted(job)
+
+
+def expire(node, job: Job) -> None:
+    node.stats["expired_jobs"] += 1
+    delete(node, job)
+
+
+def flush_all(node, record: bool = True) -> None:
+    """DEBUG FLUSHALL, CLUSTER RESET HARD: drop every job and queue (queues with
+    blocked clients stay, empty)."""
+    if node.cluster is not None:
+        node.cluster.jobs_flushed()     # pending ADDJOBs end with -NOREPL
+    for shard in node.job_shards:
+        shard.clear()
+    node.job_count = 0
+    node.jobs_memory = 0
+    node.timers.clear()
+    for q in node.queues.values():
+        q.jobs.clear()
+    node.queues = {name: q for name, q in node.queues.items() if q.blocked}
+    if record and node.persist:
+        node.records.append((REC_FLUSHALL, None))
+
+
+# -------------------------------------------------------------------- timers
+def process_due(node, job: Job, now: int) -> None:
+    """A job's timer fired (Disque's processJob): expire, (re)queue, announce the
+    requeue (WILLQUEUE), or try the ack GC."""
+    if job.etime <= now:
+        expire(node, job)
+        return
+    state = job.state
+    cluster = node.cluster
+    if state == ACTIVE and job.requeue_time:
+        if job.requeue_time <= now:
+            q = node.queues.get(job.queue)
+            if q is not None and q.flags & PAUSED_IN:
+                # Paused in: no requeue; try again one retry period later.
+                job.requeue_time = now + max(job.retry, 1) * 1000
+            else:
+                if can_queue(job):
+                    if job.flags & FLAG_DELIVERED:
+                        # Counted first: the QUEUED sent to the other holders
+                        # carries it (counters are the job's, not the copy's).
+                        job.additional_deliveries += 1
+                        node.stats["requeued_jobs"] += 1
+                    if cluster is not None:
+                        cluster.before_requeue(job)
+                    queue(node, job, now)
+                else:
+                    job.requeue_time = 0    # at-most-once job already delivered
+        elif cluster is not None and not job.flags & FLAG_BCAST_WILLQUEUE:
+            job.flags |= FLAG_BCAST_WILLQUEUE
+            # Holders re-queue in node-id order: ours may come later.
+            job.requeue_time += cluster.send_willqueue(job)
+    elif state == ACKED and cluster is not None and job.gc_time <= now:
+        cluster.try_job_gc(job, now)
+    if node.is_registered(job):
+        schedule(node, job)
+
+
+# ------------------------------------------------------------ the AOF loader
+def restore(node, jobs: list, recorded_requeue_times, now: int, plain: bool) -> int:
+    """Register jobs loaded from the AOF (SPEC section 7): they come back active
+    (or acked when other holders must still learn the ack), re-queued by their
+    timers: at the recorded requeue time while it is ahead, else now + retry;
+    RETRY 0 jobs get none (never queued again by a load) unless a DELAY has not
+    elapsed. Expired jobs and jobs acked here only are dropped. A later copy of
+    an id replaces the earlier one. Returns how many were dropped as expired.
+    `plain`: the loader knows no job is acked, expired or held elsewhere.
+
+    This is registration without one Python call per job: loading a million
+    jobs fast depends on it."""
+    n = len(jobs)
+    nq = {r: node.shared_time(now, r) if r else 0 for r in {j.retry for j in jobs}}
+    times = [q if q > now else nq[j.retry] for j, q in zip(jobs, recorded_requeue_times)]
+    shards = node.job_shards
+    idx = B64_INDEX
+    if plain:
+        # The common case, vectorised: no cluster holders, nothing acked or
+        # expired: every job goes in, woken at its requeue time or expiry.
+        wakes = []
+        for job, t in zip(jobs, times):
+            job.requeue_time = t
+            wakes.append(t if t and t < job.etime else job.etime)
+        for job in jobs:
+            jid = job.id
+            shard = shards[(idx[jid[11]] << 6) | idx[jid[12]]]
+            old = shard.get(jid)
+            if old is not None:
+                _unload(node, shard, old)
+            shard[jid] = job
+        node.job_count += n
+        node.jobs_memory += sum(len(j.body) for j in jobs) + n * JOB_OVERHEAD
+        timers = node.timers
+        if n and wakes.count(wakes[0]) == n:
+            timers.add_many(jobs, wakes[0])
+        else:
+            for job, w in zip(jobs, wakes):
+                timers.add(job, w)
+        return 0
+    expired = 0
+    for job, t in zip(jobs, times):
+        jid = job.id
+        shard = shards[(idx[jid[11]] << 6) | idx[jid[12]]]
+        old = shard.get(jid)
+        if old is not None:
+            _unload(node, shard, old)
+        if job.etime <= now:
+            expired += 1
+            continue
+        job.requeue_time = t
+        if job.state == ACKED:
+            if not job.nodes_delivered:
+                continue            # acked here only: nothing left to do
+            job.gc_time = now       # the cluster's ack GC picks it up
+        _register(node, job)
+    return expired
+
+
+def _unload(node, shard: dict, job: Job) -> None:
+    """Drop a loaded job again (a later record replaces or deletes it); nothing
+    is queued while loading and nothing is logged back."""
+    del shard[job.id]
+    node.job_count -= 1
+    node.jobs_memory -= len(job.body) + JOB_OVERHEAD
+    node.timers.cancel(job)
+
+
+def restore_delete(node, jid: bytes) -> bool:
+    shard = node.job_shards[job_shard(jid)]
+    job = shard.get(jid)
+    if job is None:
+        return False
+    _unload(node, shard, job)
+    return True
+
+
+def restore_ack(node, jid: bytes, now: int) -> bool:
+    shard = node.job_shards[job_shard(jid)]
+    job = shard.get(jid)
+    if job is None or job.state == ACKED:
+        return False
+    if job.nodes_delivered:
+        job.state = ACKED
+        job.gc_time = now
+        schedule(node, job)
+    else:
+        _unload(node, shard, job)
+    return True
+
+
+def restore_delivered(node, jid: bytes) -> None:
+    job = node.job_shards[job_shard(jid)].get(jid)
+    if job is not None:
+        job.flags |= FLAG_DELIVERED
+        if job.retry == 0:
+            job.requeue_time = 0
+
+
+def restore_queued(node, jobs: list, now: int) -> None:
+    """aof-enqueue-jobs-once: jobs recorded as queued go back in their queues."""
+    for job in jobs:
+        if job.state == ACTIVE and node.is_registered(job):
+            queue(node, job, now)

@@ -1,0 +1,207 @@
+"""A whole node in this process, without sockets: Config -> Node (with the real
+command table) + Cluster + the output driver, on a clock the caller sets.
+
+What it is for:
+- fast tests of argument parsing and reply shapes, driven on the node directly
+  (``node.call("ADDJOB", "q", "x", 0)`` returns the reply value;
+  ``node.resp("INFO", proto=3)`` the bytes a RESP client would read);
+- the simulator's broker nodes (server/sim_node.py), with a simulated disk;
+- any new shell's tests (HTTP...): they plug in exactly as that shell does in
+  the process: ``client = node.new_client(conn)`` with ``conn`` an object having
+  ``deliver(reply)`` (later replies: unblocked GETJOB, sync ADDJOB) and
+  ``write_now(reply)`` (immediate replies, released once their records are
+  written), then ``node.run(client, argv)``.
+
+Nodes are ``strict``: an exception in our own code propagates (a bug fails the
+test), where the process would log it and count it in INFO ``internal_errors``.
+"""
+
+from __future__ import annotations
+
+import random
+
+from broker import aof_format as fmt
+from broker.commands import COMMANDS
+from broker.config import Config
+from broker.node import BLOCKED, Host, Node
+from cluster.cluster import Cluster
+from cluster.membership import Membership, random_node_id
+from protocol.resp import encode
+from server.driver import OutputDriver
+
+
+class VirtualClock:
+    """Integer ms, moved by the caller."""
+
+    def __init__(self, start: int = 1_700_000_000_000) -> None:
+        self.now = start
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class Replies:
+    """A client's connection as a test sees it: every reply, in order."""
+
+    def __init__(self, on_reply=None) -> None:
+        self.replies: list = []
+        self.on_reply = on_reply
+        self.closed = False
+
+    def write_now(self, reply) -> None:
+        if self.on_reply is not None:
+            self.on_reply(reply)
+        else:
+            self.replies.append(reply)
+
+    deliver = write_now
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class ProcessExit(BaseException):
+    """The node's process exits on the spot (what server/aof.py does with
+    os._exit when a write fails under appendfsync always): nothing after it runs,
+    no held reply or bus message leaves."""
+
+
+class DiskAOF:
+    """The AOF writer over a simulated disk (``cluster.sim.SimDisk``): the same
+    records and encoding as the file, the same fsync policies."""
+
+    def __init__(self, node, config, disk, clock) -> None:
+        self.node = node
+        self.config = config
+        self.disk = disk
+        self.clock = clock
+        self.pending: list = []
+        self.last_fsync = clock()
+        self.logged: set = set()        # job ids written (the disk decides what is durable)
+
+    def append(self, records: list) -> None:
+        self.pending.extend(records)
+
+    def flush(self) -> None:
+        if self.pending:
+            items, self.pending = self.pending, []
+            try:
+                self.disk.write(fmt.encode_items(items),
+                                [i.id for i in items if i.__class__ is not tuple])
+            except OSError as e:
+                self.pending = items + self.pending
+                self.node.aof_error = e.strerror or str(e)
+                if self.config.appendfsync == "always":
+                    # As the process: acknowledged writes can no longer be guaranteed.
+                    self.disk.fatal = True
+                    raise ProcessExit(self.node.aof_error) from None
+                return
+            self.node.aof_error = None
+        policy = self.config.appendfsync
+        now = self.clock()
+        if policy == "always" or (policy == "everysec" and now - self.last_fsync >= 1000):
+            self.disk.fsync()
+            self.last_fsync = now
+
+
+class InProcessNode:
+    def __init__(self, config: Config | None = None, *, clock=None, rng=None,
+                 membership: Membership | None = None, host: Host | None = None,
+                 disk=None, bus=None, on_event=None, strict: bool = True) -> None:
+        """``bus``: where bus messages go: by default kept in ``self.sent``; an
+        object with ``send_output(send)`` gets the Send outputs; a real
+        ClusterBus (server/bus.py) gets encoded frames."""
+        self.config = config if config is not None else Config()
+        self.clock = clock if clock is not None else VirtualClock()
+        rng = rng if rng is not None else random.Random(0)
+        now = self.clock()
+        if membership is None:
+            membership = Membership(random_node_id(rng), "127.0.0.1", self.config.port,
+                                    self.config.effective_bus_port, rng=rng, now=now,
+                                    node_timeout=self.config.cluster_node_timeout)
+        self.node = Node(self.config, self.clock, rng, host, node_id=membership.node_id,
+                         commands=COMMANDS, strict=strict)
+        self.cluster = Cluster(self.node, membership)
+        self.sent: list = []            # bus messages, when no bus is given
+        self.saved_nodes_conf = None
+        bus = bus if bus is not None else self
+        self.driver = OutputDriver(self.node, self.cluster, bus=bus,
+                                   encode=not hasattr(bus, "send_output"),
+                                   save_nodes_conf=self._save_nodes_conf, on_event=on_event)
+        self.disk = disk
+        if disk is not None and self.config.appendonly:
+            self.load_from(disk)
+
+    # -- the bus, when the caller keeps what is sent ----------------------------
+    def send_output(self, out) -> None:
+        self.sent.append((out.node_id, out.msg))
+
+    def drop_link(self, node_id, forget) -> None: ...
+
+    def _save_nodes_conf(self, text: str) -> None:
+        self.saved_nodes_conf = text
+
+    # -- persistence --------------------------------------------------------------
+    def load_from(self, disk) -> None:
+        """Load what the disk kept (as the process loads its AOF at start), then
+        log to it."""
+        node = self.node
+        image = disk.image()
+        if image:
+            loader = fmt.Loader(node, self.clock(), self.config.aof_enqueue_jobs_once)
+            loader.feed(image)
+            loader.finish()
+        self.driver.set_aof(DiskAOF(node, self.config, disk, self.clock))
+
+    # -- clients ---------------------------------------------------------------------
+    def new_client(self, conn=None, addr: str = "inprocess"):
+        client = self.node.new_client(addr=addr)
+        client.conn = conn if conn is not None else Replies()
+        return client
+
+    def run(self, client, argv: list) -> None:
+        """One command from `client`: its reply reaches client.conn (now, or once
+        its records are written, or later for a blocked command)."""
+        reply = self.node.handle_command(client, argv)
+        if reply is not BLOCKED:
+            self.driver.write_reply(client.conn, reply)
+        self.driver.after_input()
+
+    def call(self, *args, client=None):
+        """Run a command from a fresh (or the given) client; returns its reply,
+        or BLOCKED if none came yet."""
+        if client is None:
+            client = self.new_client()
+        conn = client.conn
+        before = len(conn.replies)
+        self.run(client, [a if isinstance(a, bytes) else str(a).encode() for a in args])
+        return conn.replies[before] if len(conn.replies) > before else BLOCKED
+
+    def resp(self, *args, proto: int = 2, client=None) -> bytes:
+        """The reply as a RESP client would read it."""
+        if client is None:
+            client = self.new_client()
+            client.proto = proto
+        return encode(self.call(*args, client=client), client.proto)
+
+    # -- time ------------------------------------------------------------------------
+    def tick(self) -> None:
+        self.driver.tick()
+
+    def advance(self, ms: int) -> None:
+        """Move the clock forward, running the timers as the process would."""
+        end = self.clock.now + ms
+        while self.clock.now < end:
+            self.clock.now = min(end, max(self.clock.now + 1,
+                                          min(self.node.next_deadline(), end)))
+            self.tick()
+
+    # -- the bus -------------------------------------------------------------------------
+    def bus_message(self, link, msg) -> None:
+        self.driver.bus_message(link, msg, self.clock())
+
+    def link_up(self, node_id: str) -> None:
+        self.driver.link_up(node_id, self.clock())
+
+    def link_down(self, node_id: str) -> None:
+        self.driver.link_down(node_id, self.clock())

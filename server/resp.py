@@ -1,0 +1,207 @@
+"""The client shell: one asyncio connection per RESP client (RESP2/RESP3).
+
+Hot path, per read: feed the RESP reader, run each complete command through
+``Node.handle_command``, encode the replies and write them in one call (through
+the output driver while the AOF is on: no reply before its records). A blocked
+command (GETJOB, sync ADDJOB) holds back the rest of the pipeline until its
+reply comes through ``deliver``. No decisions are made here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from broker.node import BLOCKED
+from protocol.resp import Error, ProtocolError, Reader, encode, get_encoder
+
+log = logging.getLogger("server.resp")
+
+
+class ClientConnection(asyncio.Protocol):
+    """One client socket. Replies are written in batches, one write per read."""
+
+    __slots__ = ("server", "node", "driver", "transport", "client", "reader", "waiting",
+                 "closed", "overflow_check")
+
+    def __init__(self, server) -> None:
+        self.server = server
+        self.node = server.node
+        self.driver = server.driver
+        self.transport = None
+        self.client = None
+        self.reader = None
+        self.waiting = False    # a command of ours is blocked: hold back the rest
+        self.closed = False
+        self.overflow_check = None  # timer while over the output buffer soft limit
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        node = self.node
+        peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("sockname")
+        if len(node.clients) >= node.config.maxclients:
+            node.stats["rejected_connections"] += 1
+            transport.write(b"-ERR max number of clients reached\r\n")
+            transport.close()
+            self.closed = True
+            return
+        sock_obj = transport.get_extra_info("socket")
+        self.client = node.new_client(_fmt_addr(peer), _fmt_addr(sock),
+                                      sock_obj.fileno() if sock_obj is not None else -1)
+        self.client.conn = self
+        cfg = node.config
+        self.reader = Reader(max_bulk_len=cfg.proto_max_bulk_len,
+                             max_query_buffer=cfg.client_query_buffer_limit)
+        self.apply_output_limits()
+
+    # -- client-output-buffer-limit (class "normal"), on asyncio's flow control:
+    # the transport calls pause_writing() once its buffer passes the high-water
+    # mark, so the write path itself pays nothing.
+    def apply_output_limits(self) -> None:
+        lim = self.node.config.client_output_buffer_limit.get("normal")
+        marks = [x for x in (lim.hard, lim.soft) if x] if lim is not None else []
+        if marks:
+            self.transport.set_write_buffer_limits(high=min(marks))
+        else:
+            self.transport.set_write_buffer_limits()    # asyncio's defaults, no limit
+
+    def pause_writing(self) -> None:
+        self.check_output_buffer(self.node.clock())
+
+    def resume_writing(self) -> None:
+        if self.overflow_check is not None:
+            self.overflow_check.cancel()
+            self.overflow_check = None
+
+    def check_output_buffer(self, soft_since: int) -> None:
+        """Over the hard limit: disconnect now; over the soft one for
+        soft-seconds: disconnect; else look again shortly (as Redis does)."""
+        self.overflow_check = None
+        lim = self.node.config.client_output_buffer_limit.get("normal")
+        if self.closed or lim is None:
+            return
+        size = self.transport.get_write_buffer_size()
+        now = self.node.clock()
+        over_soft = lim.soft and size > lim.soft
+        if (lim.hard and size > lim.hard) or (
+                over_soft and now - soft_since >= lim.soft_seconds * 1000):
+            log.warning("Client %s closed for overcoming of output buffer limits.",
+                        self.client.addr)
+            self.closed = True
+            self.transport.abort()          # drop what it never read
+            self.node.client_closed(self.client)
+            return
+        if lim.hard or over_soft:
+            self.overflow_check = self.server.loop.call_later(
+                0.05, self.check_output_buffer, soft_since if over_soft else now)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.node.stats["total_net_input_bytes"] += len(data)
+        try:
+            self.reader.feed(data)
+        except ProtocolError as e:
+            self.protocol_error(e)
+            return
+        if not self.waiting:
+            self.process()
+        elif self.reader.pending() > self.reader.max_query_buffer:
+            # Blocked: nothing is parsed meanwhile, so the limit is checked here.
+            self.protocol_error(ProtocolError("ERR Protocol error: query buffer limit exceeded"))
+            return
+        self.driver.after_input()
+
+    def process(self) -> None:
+        """Run every complete buffered command until one blocks."""
+        node = self.node
+        client = self.client
+        gets = self.reader.gets
+        handle = node.handle_command
+        proto = client.proto
+        enc = get_encoder(proto)    # the connection's encoder: no protocol lookup per reply
+        out = []
+        while True:
+            try:
+                argv = gets()
+            except ProtocolError as e:
+                if out:
+                    self.write(b"".join(out))
+                self.protocol_error(e)
+                return
+            if argv is False:
+                break
+            reply = handle(client, argv)
+            if reply is BLOCKED:
+                self.waiting = True
+                break
+            if client.proto != proto:  # HELLO switched protocol: this reply uses the new one
+                proto = client.proto
+                enc = get_encoder(proto)
+            if client.closing:      # QUIT, CLIENT KILL, SHUTDOWN (no reply): stop here
+                if reply is not None:
+                    out.append(enc(reply))
+                break
+            out.append(enc(reply))
+        if out:
+            data = b"".join(out)    # one reply: join returns it as is
+            node.stats["total_net_output_bytes"] += len(data)
+            if self.driver.aof is None:     # no AOF: nothing to wait for, no extra call
+                self.transport.write(data)
+            else:
+                self.driver.write_reply(self, data)
+        if client.closing:
+            self.close()
+        else:
+            client.last_interaction = node.clock()
+
+    def deliver(self, reply) -> None:
+        """A reply produced later (unblocked GETJOB, sync ADDJOB, MONITOR line)."""
+        if self.closed:
+            return
+        data = encode(reply, self.client.proto)
+        self.node.stats["total_net_output_bytes"] += len(data)
+        self.write(data)
+        if self.waiting and self.client.blocked_on is None:
+            self.waiting = False
+            if self.client.closing:
+                self.close()
+            elif self.reader.pending():
+                self.process()
+
+    def write(self, data: bytes) -> None:
+        """Send reply bytes, through the driver: no reply before its records."""
+        self.driver.write_reply(self, data)
+
+    def write_now(self, data: bytes) -> None:
+        if not self.closed:
+            self.transport.write(data)
+
+    def protocol_error(self, e: ProtocolError) -> None:
+        log.info("Protocol error from client %s: %s", self.client.addr, e)
+        self.write(encode(Error(str(e)), 2))
+        self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            if self.driver.held:    # persistence: held replies go out first
+                self.driver.flush()
+            self.closed = True
+            self.transport.close()
+            self.node.client_closed(self.client)
+
+    def connection_lost(self, exc) -> None:
+        if not self.closed and self.client is not None:
+            self.closed = True
+            self.node.client_closed(self.client)
+        self.driver.after_input()
+
+
+def _fmt_addr(addr) -> str:
+    if not addr:
+        return ""
+    if isinstance(addr, tuple):
+        host, port = addr[0], addr[1]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return str(addr)

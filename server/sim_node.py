@@ -1,0 +1,149 @@
+"""A whole broker node (server/inprocess.py: Node + Cluster + the output driver)
+as a simulator node (cluster/sim.py).
+
+The simulator drives anything with ``node_id``, ``handle_message``, ``tick`` and
+optionally ``next_deadline``/``link_up``/``link_down``, each returning the
+outputs it routes (Send by address, DropLink, NodeEvent for the trace). Here the
+output driver does the work the process does (records to the host's simulated
+disk first, then replies, then bus messages) and its bus is this adapter, which
+hands the messages to the simulator. Scenarios run client commands
+(``command``) whose replies, immediate or later (blocked GETJOB, sync ADDJOB),
+go to a callback.
+
+Checked on every message the node sends (``sim.violations``): a GOTJOB never
+confirms a copy the node has not logged, when it logs (appendonly yes).
+"""
+
+from __future__ import annotations
+
+import random
+
+from broker.config import Config
+from broker.job import ACKED
+from cluster.membership import DropLink, Membership, Send, random_node_id
+from protocol import bus as B
+from server.inprocess import InProcessNode, ProcessExit, Replies
+
+
+class _Clock:
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class BrokerSimNode(InProcessNode):
+    def __init__(self, host, saved: str | None, rng: random.Random, now: int,
+                 config: Config) -> None:
+        if saved is not None:
+            m = Membership.from_nodes_conf(saved, ip=host.ip, port=host.port,
+                                           bus_port=host.bus_port, rng=rng,
+                                           node_timeout=config.cluster_node_timeout, now=now)
+        else:
+            m = Membership(random_node_id(rng), host.ip, host.port, host.bus_port,
+                           node_timeout=config.cluster_node_timeout, rng=rng, now=now)
+            host.saved = m.to_nodes_conf()
+        self.host = host
+        self.sim = host.sim
+        self.out: list = []
+        super().__init__(config, clock=_Clock(now), rng=rng, membership=m, bus=self,
+                         disk=host.disk, on_event=self.out.append)
+
+    @property
+    def node_id(self) -> str:
+        return self.cluster.m.node_id
+
+    # -- the driver's bus: messages go back to the simulator ---------------------
+    def send_output(self, out: Send) -> None:
+        if self.driver.aof is not None and self.sim is not None:
+            self._check_logged(out.msg)
+        self.out.append(out)
+
+    def drop_link(self, node_id, forget) -> None:
+        self.out.append(DropLink(node_id, forget))
+
+    def _save_nodes_conf(self, text: str) -> None:
+        self.host.saved = text
+
+    def _check_logged(self, msg) -> None:
+        if msg.type == B.GOTJOB:
+            ids = [msg.payload]
+        elif msg.type == B.BATCH:
+            p = msg.payload
+            ids = [p[i + 1] for i in range(0, len(p), 2) if p[i] == B.GOTJOB]
+        else:
+            return
+        for jid in ids:
+            job = self.node.get_job(jid)
+            if job is not None and job.state == ACKED:
+                continue        # confirms an ack (a dummy one is never logged), not a copy
+            if not self.host.disk.holds(jid, self.config.appendfsync == "always"):
+                self.sim.violations.append(
+                    f"{self.host.name} confirmed a copy of {jid!r} it has not logged")
+
+    def _outputs(self) -> list:
+        out, self.out = self.out, []
+        return out
+
+    def _input(self, fn, *args) -> list:
+        """Run one input; its outputs for the simulator. A process exit (a failed
+        write under appendfsync always) loses them: the simulator then crashes
+        the host (its disk says fatal)."""
+        try:
+            fn(*args)
+        except ProcessExit:
+            self.out = []
+            return []
+        return self._outputs()
+
+    # -- what the simulator calls -------------------------------------------------
+    def handle_message(self, link, msg, now: int) -> list:
+        self.clock.now = now
+        return self._input(self.driver.bus_message, link, msg, now)
+
+    def tick(self, now: int) -> list:
+        self.clock.now = now
+        return self._input(self._tick)
+
+    def _tick(self) -> None:
+        self.driver.tick()
+        if self.driver.aof is not None:
+            self.driver.flush()         # the everysec fsync comes due with time
+
+    def next_deadline(self, now: int):
+        self.clock.now = now
+        return self.node.next_deadline()
+
+    def link_up(self, node_id: str, now: int) -> list:
+        self.clock.now = now
+        return self._input(self.driver.link_up, node_id, now)
+
+    def link_down(self, node_id: str, now: int) -> list:
+        self.clock.now = now
+        return self._input(self.driver.link_down, node_id, now)
+
+    # -- what scenarios call --------------------------------------------------------
+    def new_client(self, on_reply):
+        return super().new_client(Replies(on_reply), addr="sim")
+
+    def command(self, client, args, now: int) -> list:
+        """Run a client command; its reply goes to the client's callback (now, or
+        later for a blocked command). Returns the outputs for the simulator."""
+        self.clock.now = now
+        return self._input(self.run, client,
+                           [a if isinstance(a, bytes) else str(a).encode() for a in args])
+
+
+def broker_factory(**directives):
+    """Simulator factory: each start builds a broker node from these directives
+    (names with '_' for '-'), reloading the saved nodes.conf (and, with
+    appendonly yes, the disk) on restart."""
+
+    def make(host, saved, rng, now):
+        config = Config()
+        for name, value in directives.items():
+            config.set(name.replace("_", "-"), str(value), at_runtime=False)
+        return BrokerSimNode(host, saved, rng, now, config)
+
+    return make
