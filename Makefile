@@ -21,6 +21,9 @@ DEB_BINS := redis-cli redis-benchmark redis-server
 # installed only when its binary is missing (kubectl may already come from a
 # package that Debian's kubernetes-client would conflict with).
 DEB_TOOLS := kubectl=kubernetes-client systemd-analyze=systemd shellcheck=shellcheck
+# The HTTP dashboard tests (tests/http/) drive Debian's chromium; bench/bench_http.py
+# loads the HTTP port with wrk.
+DEB_TOOLS += chromium=chromium wrk=wrk
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # --dist loadgroup: tests marked @pytest.mark.xdist_group("name") (e.g. the ones

@@ -579,6 +579,11 @@ _TABLE: tuple[Directive, ...] = (
        "(ext) Client port advertised to other nodes; 0: port."),
     _d("cluster-announce-bus-port", _PORT, 0, True,
        "(ext) Bus port advertised to other nodes; 0: the bus port."),
+    # -- HTTP (ext): REST API, /metrics, dashboard (server/http/)
+    _d("http-port", _PORT, 0, False,
+       "(ext) HTTP port of the REST API, /metrics and the dashboard; 0 (default): off."),
+    _d("http-bind", String(), "", False,
+       "(ext) Addresses the HTTP port listens on, space separated; empty: those of bind."),
     # -- slow log, latency monitor
     _d("slowlog-log-slower-than", Integer(), 10000, True,
        "Log commands slower than this many microseconds; negative disables, 0 logs all."),
@@ -652,6 +657,8 @@ class Config:
     cluster_announce_ip: str
     cluster_announce_port: int
     cluster_announce_bus_port: int
+    http_port: int
+    http_bind: str
     slowlog_log_slower_than: int
     slowlog_max_len: int
     latency_monitor_threshold: int

@@ -88,6 +88,11 @@ class AppendOnlyFile:
         self.last_fsync = time.monotonic()
         self.fsync_future = None
         self.delayed_fsync = 0
+        # fsync latency (GET /metrics, INFO): count, total ns, and a histogram
+        # by bit length of the duration in ns (as the commands' in broker/node.py).
+        self.fsyncs = 0
+        self.fsync_ns = 0
+        self.fsync_latency = [0] * 64
         self.last_write_status = "ok"
         self.last_write_error = ""      # strerror of the failing write (MISCONF)
         self.last_write_error_log = 0.0
@@ -179,9 +184,18 @@ class AppendOnlyFile:
             os._exit(1)
         raise OSError("fatal AOF error")
 
+    def _timed_fdatasync(self, fd: int) -> None:
+        """fdatasync, timed (runs in the main thread or the bio thread)."""
+        start = time.perf_counter_ns()
+        _fdatasync(fd)
+        ns = time.perf_counter_ns() - start
+        self.fsyncs += 1
+        self.fsync_ns += ns
+        self.fsync_latency[min(ns.bit_length(), 63)] += 1
+
     def _fsync_now(self) -> None:
         try:
-            _fdatasync(self.fd)
+            self._timed_fdatasync(self.fd)
         except OSError as e:
             log.warning("Can't fsync the append-only file: %s", e.strerror)
             if self.config.appendfsync == "always":
@@ -194,7 +208,7 @@ class AppendOnlyFile:
         fd = self.fd
         self.unsynced = False
         self.last_fsync = time.monotonic()
-        self.fsync_future = self.bio.submit(_fdatasync, fd)
+        self.fsync_future = self.bio.submit(self._timed_fdatasync, fd)
 
     def fsync_in_progress(self) -> bool:
         f = self.fsync_future
@@ -540,6 +554,8 @@ class AppendOnlyFile:
             ("aof_pending_bio_fsync", int(self.fsync_in_progress())),
             ("aof_delayed_fsync", self.delayed_fsync),
             ("aof_loaded_jobs", self.loaded_jobs),
+            ("aof_fsyncs", self.fsyncs),                    # (ext)
+            ("aof_fsync_usec", self.fsync_ns // 1000),      # (ext)
         ]
         if self.state == "loading":
             total = self.loading_total or 1

@@ -31,6 +31,7 @@ from cluster.membership import Membership
 from server.aof import AOFLoadError, AppendOnlyFile
 from server.bus import ClusterBus
 from server.driver import OutputDriver
+from server.http import HttpServer
 from server.resp import ClientConnection
 
 log = logging.getLogger("server")
@@ -124,6 +125,7 @@ class Server:
             save_nodes_conf=lambda text: save_nodes_conf(self.config, text))
         self.bus = None
         self.listeners = []
+        self.http = None            # the HTTP shell (ext), when http-port is set
         self.timer = None
         self.stopped = asyncio.Event()
         self.shutdown_mode = None
@@ -198,6 +200,10 @@ class Server:
                 lambda: ClientConnection(self), host=addr, port=cfg.port,
                 backlog=cfg.tcp_backlog, reuse_address=True)
             self.listeners.append(srv)
+        if cfg.http_port:
+            self.http = HttpServer(self.node, self.driver, aof=lambda: self.aof)
+            await self.http.start(cfg.http_bind.split() or cfg.bind or ["127.0.0.1"],
+                                  cfg.http_port, backlog=cfg.tcp_backlog)
         log.info("Ready to accept connections on port %d", cfg.port)
         if cfg.appendonly:
             # Loaded in chunks while clients get -LOADING (SPEC: PING within 1 s).
@@ -230,6 +236,8 @@ class Server:
             self.aof.shutdown(self.shutdown_mode)
         save_nodes_conf(self.config, self.cluster.m.to_nodes_conf())
         self.flush()
+        if self.http is not None:
+            await self.http.stop()
         if self.bus is not None:
             await self.bus.close()
         if self.timer is not None:
