@@ -47,6 +47,9 @@ DEFAULT_ADD_TIMEOUT_MS = b"5000"
 BATCH_SLICE = 500
 PAUSE_STATES = ("in", "out", "all", "none")
 JOB_ACTIONS = {"ack": b"ACKJOB", "fastack": b"FASTACK", "nack": b"NACK"}
+# A job id has "/" among its base64 characters: the route takes a well-formed
+# id as it is (or %2F-encoded), anything else as one segment (then BADID).
+JOB_ID = r"{id:D-[0-9a-f]{8}-[A-Za-z0-9+/]{24}-[0-9a-f]{4}|[^/]+}"
 TRUE = ("1", "true", "yes")
 FALSE = ("0", "false", "no", "")
 
@@ -107,9 +110,9 @@ class Api:
             web.post("/queues/{queue}/pause", e(self.pause)),
             web.get("/queues/{queue}", e(self.qstat), allow_head=False),
             web.get("/queues", e(self.queues), allow_head=False),
-            web.get("/jobs/{id}", e(self.show), allow_head=False),
-            web.delete("/jobs/{id}", e(self.deljob)),
-            web.post("/jobs/{id}/{action:ack|fastack|nack|working}", e(self.job_action)),
+            web.get(f"/jobs/{JOB_ID}", e(self.show), allow_head=False),
+            web.delete(f"/jobs/{JOB_ID}", e(self.deljob)),
+            web.post(f"/jobs/{JOB_ID}/{{action:ack|fastack|nack|working}}", e(self.job_action)),
             web.get("/cluster", e(self.cluster), allow_head=False),
         ]
 
