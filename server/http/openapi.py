@@ -225,8 +225,11 @@ def document() -> dict:
                 "[BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE r], then QSTAT of each",
                 {"200": _json({"type": "object", "required": ["cursor", "queues"],
                                "properties": {"cursor": {"type": "string"},
-                                              "queues": {"type": "array",
-                                                         "items": _ref("QueueStat")}}},
+                                              "queues": {"type": "array", "items": {
+                                                  "anyOf": [_ref("QueueStat"), {
+                                                      "type": "object", "required": ["name"],
+                                                      "properties": {"name": {
+                                                          "type": "string"}}}]}}}},
                               "The queues (all of them unless `cursor` is given: then "
                               "one QSCAN page; `cursor` is the next one, \"0\" at the end). "
                               "With `stats=false` only their names.")},
