@@ -428,8 +428,6 @@ class Api:
         if action == "working":
             return json_response({"retry": check(await session.call(b"WORKING", jid))})
         n = check(await session.call(JOB_ACTIONS[action], jid))
-        if action == "nack" and not n:
-            raise HttpError(404, "NOJOB", "NOJOB Job not known in the context of this node.")
         return json_response({"count": n})
 
     # ------------------------------------------------------------------ cluster

@@ -264,7 +264,8 @@ def document() -> dict:
             {"200": _json(count_reply, "Jobs deleted here.")})},
         "/jobs/{id}/nack": {"parameters": [JOB_ID], "post": _op(
             "Queue the job again now (nacks + 1)", "NACK id",
-            {"200": _json(count_reply, "Queued again.")}, errors=(400, 401, 404, 503, 507))},
+            {"200": _json(count_reply, "Queued again (0: unknown here, or not active).")},
+            errors=(400, 401, 503, 507))},
         "/jobs/{id}/working": {"parameters": [JOB_ID], "post": _op(
             "Postpone the next delivery by RETRY", "WORKING id",
             {"200": _json({"type": "object", "required": ["retry"],

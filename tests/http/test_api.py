@@ -211,12 +211,13 @@ async def test_ack_fastack_nack_working_delete(hnode, http):
     async with http.delete(f"/jobs/{ids[3]}") as r:
         assert await r.json() == {"deleted": 1}
     assert show(c, ids[3]) is None
-    for method, path in (("GET", ""), ("DELETE", ""), ("POST", "/working"), ("POST", "/nack")):
+    for method, path in (("GET", ""), ("DELETE", ""), ("POST", "/working")):
         async with http.request(method, f"/jobs/{ids[3]}{path}") as r:
             doc = await r.json()
             assert (r.status, doc["error"]) == (404, "NOJOB"), (method, path)
-    async with http.post(f"/jobs/{ids[3]}/ack") as r:     # ACKJOB of an unknown id: 0
-        assert await r.json() == {"count": 0}
+    for action in ("ack", "fastack", "nack"):       # as the commands: 0 for an unknown id
+        async with http.post(f"/jobs/{ids[3]}/{action}") as r:
+            assert await r.json() == {"count": 0}
     async with http.get("/jobs/not-a-job-id") as r:
         assert (r.status, await r.json()) == (400, {"error": "BADID",
                                                     "message": "BADID Invalid Job ID format."})
