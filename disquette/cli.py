@@ -1,6 +1,7 @@
 """The ``disquette`` command line.
 
     disquette worker myapp.tasks:send_email --queue emails --nodes 127.0.0.1:7711 --concurrency 16
+    disquette dispatch --queue emails --url http://127.0.0.1:8080/send --concurrency 8
     disquette dead list emails            # dead letters of emails (queue emails:dead)
     disquette dead requeue emails         # put them back to work
 
@@ -72,6 +73,29 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dispatch(args: argparse.Namespace) -> int:
+    from .dispatch import Dispatcher, ExponentialBackoff
+
+    headers = {}
+    for h in args.header or ():
+        name, sep, value = h.partition(":")
+        if not sep or not name.strip():
+            raise SystemExit(f"disquette: --header must look like 'Name: value', not {h!r}")
+        headers[name.strip()] = value.strip()
+    dispatcher = Dispatcher(
+        _client(args), args.queue, args.url, concurrency=args.concurrency,
+        timeout=args.timeout, max_attempts=args.max_attempts, headers=headers,
+        backoff=ExponentialBackoff(args.backoff_base, cap=args.backoff_max),
+        dead_letter_queue=args.dead_letter_queue, grace_period=args.grace_period,
+        poll_ms=args.poll_ms)
+    dispatcher.run()
+    if dispatcher.worker.forced:
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(130)
+    return 0
+
+
 def cmd_dead(args: argparse.Namespace) -> int:
     client = _client(args)
     dlq = _dead_queue(args)
@@ -111,6 +135,24 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--metrics-port", type=int, default=0,
                    help="serve Prometheus metrics on this port")
     w.set_defaults(func=cmd_worker)
+
+    h = sub.add_parser("dispatch", parents=[common],
+                       help="POST each job of a queue to a URL (webhook worker)")
+    h.add_argument("--queue", "-q", required=True, help="queue to dispatch")
+    h.add_argument("--url", required=True, help="endpoint each job is POSTed to")
+    h.add_argument("--concurrency", "-c", type=int, default=8,
+                   help="requests in flight at most (default 8)")
+    h.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
+    h.add_argument("--max-attempts", type=int, default=5,
+                   help="attempts before the dead-letter queue (0: retry for ever)")
+    h.add_argument("--backoff-base", type=float, default=1.0,
+                   help="seconds before the 2nd attempt, doubling each time")
+    h.add_argument("--backoff-max", type=float, default=300.0, help="longest backoff")
+    h.add_argument("--header", action="append", help="'Name: value' sent with every request")
+    h.add_argument("--dead-letter-queue", default=None, help="default: <queue>:dead")
+    h.add_argument("--grace-period", type=float, default=30.0)
+    h.add_argument("--poll-ms", type=int, default=1000)
+    h.set_defaults(func=cmd_dispatch)
 
     d = sub.add_parser("dead", parents=[common], help="list or requeue dead letters")
     d.add_argument("action", choices=["list", "requeue"])

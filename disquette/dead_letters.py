@@ -9,6 +9,9 @@ it (``redis-cli QPEEK emails:dead 10``)::
      "traceback": "...", "failed_at": 1700000000.0,
      "body": "<the original body as text>"}      # or "body_base64" if not UTF-8
 
+plus the error's ``dead_letter_fields`` when it has some (``disquette
+dispatch``: ``status``, ``response``, ``url`` of the last attempt).
+
 ``requeue_dead`` adds the original bytes back to the original queue (a new
 job, so its counters start again) and only then acks the dead letter.
 """
@@ -35,6 +38,11 @@ def envelope(job: Job, error: BaseException | str, traceback_text: str | None,
         "nacks": job.nacks, "additional_deliveries": job.additional_deliveries,
         "error": err, "traceback": traceback_text, "failed_at": failed_at,
     }
+    # What the error knows of the failure (the webhook dispatcher's last HTTP
+    # status and response, disquette/dispatch.py) is kept beside it.
+    extra = getattr(error, "dead_letter_fields", None)
+    if isinstance(extra, dict):
+        doc.update({k: v for k, v in extra.items() if k not in doc})
     try:
         doc["body"] = job.raw.decode("utf-8")
     except UnicodeDecodeError:
