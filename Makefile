@@ -35,6 +35,8 @@ PYTEST_ARGS ?= -q -n 2 --dist loadgroup -ra --durations=10
 # ports the others MEET the first.
 HOST ?= 127.0.0.1
 PORTS ?= 7711 7712 7713
+# Each node also serves its HTTP API and dashboard on port + HTTP_OFFSET (8711...).
+HTTP_OFFSET ?= 1000
 BROKER ?= $(PY) -m broker
 RUN_DIR ?= run
 
@@ -86,14 +88,14 @@ run: venv
 	@set -u; ports=($(PORTS)); n=$${#ports[@]}; \
 	if [ $$n = 1 ]; then \
 	  p=$${ports[0]}; mkdir -p $(RUN_DIR)/$$p; \
-	  echo "Disquette node on $(HOST):$$p — try: redis-cli -p $$p PING"; \
-	  exec $(BROKER) --port $$p --dir $(RUN_DIR)/$$p; \
+	  echo "Disquette node on $(HOST):$$p — try: redis-cli -p $$p PING — dashboard: http://$(HOST):$$((p + $(HTTP_OFFSET)))/"; \
+	  exec $(BROKER) --port $$p --http-port $$((p + $(HTTP_OFFSET))) --dir $(RUN_DIR)/$$p; \
 	fi; \
 	call() { $(PY) -c "import socket,sys; s=socket.create_connection(('$(HOST)',int(sys.argv[1])),1); s.sendall(sys.argv[2].encode()+b'\r\n'); f=s.makefile('rb'); h=f.readline(); print((f.read(int(h[1:])) if h[:1]==b'\$$' else h).decode().strip())" "$$@" 2>/dev/null; }; \
 	pids=(); trap 'kill $${pids[@]} 2>/dev/null; wait' EXIT; trap 'exit 130' INT TERM; \
 	for p in "$${ports[@]}"; do \
 	  mkdir -p $(RUN_DIR)/$$p; log=$(RUN_DIR)/$$p/stdout.log; touch $$log; off=$$(stat -c %s $$log); \
-	  $(BROKER) --port $$p --dir $(RUN_DIR)/$$p >>$$log 2>&1 & pid=$$!; pids+=($$pid); \
+	  $(BROKER) --port $$p --http-port $$((p + $(HTTP_OFFSET))) --dir $(RUN_DIR)/$$p >>$$log 2>&1 & pid=$$!; pids+=($$pid); \
 	  tail -c +$$((off + 1)) -F --pid=$$pid $$log 2>/dev/null | sed -u "s/^/[$$p] /" & \
 	done; \
 	for p in "$${ports[@]}"; do \
@@ -107,6 +109,7 @@ run: venv
 	  [ $$ok = 1 ] && break; sleep 0.1; \
 	done; \
 	if [ $$ok = 1 ]; then echo "Disquette cluster of $$n nodes on $(HOST): ports $(PORTS) — try: redis-cli -p $${ports[0]} HELLO  (Ctrl-C stops all)"; \
+	  for p in "$${ports[@]}"; do echo "  dashboard of $$p: http://$(HOST):$$((p + $(HTTP_OFFSET)))/"; done; \
 	else echo "warning: the nodes did not all see each other within 20 s (see $(RUN_DIR)/<port>/stdout.log)" >&2; fi; \
 	wait
 

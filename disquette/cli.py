@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from .client import Client
 from .dead_letters import dead_queue_name
+from .dispatch import Dispatcher, ExponentialBackoff
 from .errors import DisqueError
 from .worker import Worker
 
@@ -74,8 +75,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_dispatch(args: argparse.Namespace) -> int:
-    from .dispatch import Dispatcher, ExponentialBackoff
-
     headers = {}
     for h in args.header or ():
         name, sep, value = h.partition(":")
