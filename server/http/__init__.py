@@ -54,7 +54,9 @@ class HttpServer:
         self.sites: list = []
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[json_errors])
+        # Request bodies are limited by proto-max-bulk-len, read at each request
+        # (it may change at run time): aiohttp's own cap is off.
+        app = web.Application(middlewares=[json_errors], client_max_size=1 << 62)
         app.add_routes(self.api.routes())
         app.add_routes([
             web.get("/metrics", self.metrics, allow_head=False),

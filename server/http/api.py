@@ -85,13 +85,10 @@ def wants_octets(request: web.Request) -> bool:
     return OCTETS in accept and JSON not in accept
 
 
-def _peer(request: web.Request) -> tuple[str, str]:
+def _peer(request: web.Request) -> str:
     t = request.transport
-    if t is None:
-        return "http", ""
-    peer, sock = t.get_extra_info("peername"), t.get_extra_info("sockname")
-    fmt = (lambda a: f"{a[0]}:{a[1]}" if isinstance(a, tuple) else str(a or ""))
-    return fmt(peer), fmt(sock)
+    addr = t.get_extra_info("peername") if t is not None else None
+    return f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else "http"
 
 
 class Api:
@@ -118,8 +115,7 @@ class Api:
 
     # ----------------------------------------------------------------- plumbing
     def session(self, request: web.Request) -> Session:
-        addr, laddr = _peer(request)
-        return Session(self.node, self.driver, asyncio.get_running_loop(), addr, laddr)
+        return Session(self.node, self.driver, asyncio.get_running_loop(), _peer(request), "")
 
     async def open_session(self, request: web.Request) -> Session:
         """A session for this request, authenticated from ``Authorization:
@@ -167,6 +163,8 @@ class Api:
         if length is not None and length > limit:
             raise HttpError(413, "TOOLARGE",
                             f"request body larger than proto-max-bulk-len ({limit} bytes)")
+        if length is not None:      # the usual case: read at once (the app's own cap is off)
+            return await request.read()
         chunks, size = [], 0
         async for chunk in request.content.iter_any():
             size += len(chunk)
