@@ -117,6 +117,7 @@ bench: deps venv
 	$(PY) bench/bench_single.py $(BENCH_ARGS)
 	$(PY) bench/bench_cluster.py $(BENCH_ARGS)
 	$(PY) bench/bench_sdk.py $(BENCH_ARGS)
+	$(PY) bench/bench_http.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(RUN_DIR) .pytest_cache .hypothesis build dist *.egg-info
