@@ -33,6 +33,20 @@ STAT_NAMES = {
     "total_net_input_bytes": "net_input_bytes",
     "total_net_output_bytes": "net_output_bytes",
 }
+# Per-queue series: (family, name, help, value of a queue at time now).
+QUEUE_SERIES = (
+    (GaugeMetricFamily, "disquette_queue_length", "Queued jobs (QLEN).",
+     lambda q, now: len(q.jobs)),
+    (CounterMetricFamily, "disquette_queue_jobs_in",
+     "Jobs queued into the queue (QSTAT jobs-in).", lambda q, now: q.jobs_in),
+    (CounterMetricFamily, "disquette_queue_jobs_out",
+     "Jobs taken from the queue (QSTAT jobs-out).", lambda q, now: q.jobs_out),
+    (GaugeMetricFamily, "disquette_queue_import_rate",
+     "Jobs per second imported from other nodes (QSTAT import-rate).",
+     lambda q, now: q.import_rate(now)),
+    (GaugeMetricFamily, "disquette_queue_blocked_clients",
+     "Clients blocked on the queue (QSTAT blocked).", lambda q, now: len(q.blocked)),
+)
 
 
 def _histogram(slots, offset: int, total_ns: int) -> tuple[list, float]:
@@ -96,33 +110,19 @@ class NodeCollector:
                                 f"Queues left out of the per-queue series (at most "
                                 f"{MAX_QUEUE_SERIES} queues, the longest, get labels).",
                                 value=dropped)
-        length = GaugeMetricFamily("disquette_queue_length", "Queued jobs (QLEN).",
-                                   labels=["queue"])
-        jobs_in = CounterMetricFamily("disquette_queue_jobs_in",
-                                      "Jobs queued into the queue (QSTAT jobs-in).",
-                                      labels=["queue"])
-        jobs_out = CounterMetricFamily("disquette_queue_jobs_out",
-                                       "Jobs taken from the queue (QSTAT jobs-out).",
-                                       labels=["queue"])
-        rate = GaugeMetricFamily("disquette_queue_import_rate",
-                                 "Jobs per second imported from other nodes (QSTAT import-rate).",
-                                 labels=["queue"])
-        blocked = GaugeMetricFamily("disquette_queue_blocked_clients",
-                                    "Clients blocked on the queue (QSTAT blocked).",
-                                    labels=["queue"])
+        families = [(kind(name, doc, labels=["queue"]), value)
+                    for kind, name, doc, value in QUEUE_SERIES]
         paused = GaugeMetricFamily("disquette_queue_paused",
                                    "1 when the queue is paused in that direction.",
                                    labels=["queue", "direction"])
         for q in queues:
             name = [q.name.decode("utf-8", "replace")]
-            length.add_metric(name, len(q.jobs))
-            jobs_in.add_metric(name, q.jobs_in)
-            jobs_out.add_metric(name, q.jobs_out)
-            rate.add_metric(name, q.import_rate(now))
-            blocked.add_metric(name, len(q.blocked))
+            for family, value in families:
+                family.add_metric(name, value(q, now))
             paused.add_metric(name + ["in"], int(bool(q.flags & PAUSED_IN)))
             paused.add_metric(name + ["out"], int(bool(q.flags & PAUSED_OUT)))
-        yield from (length, jobs_in, jobs_out, rate, blocked, paused)
+        yield from (family for family, _ in families)
+        yield paused
 
     # ------------------------------------------------------------- commands
     def commands(self, node):
