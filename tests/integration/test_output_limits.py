@@ -5,7 +5,9 @@ unaffected. Without a limit (the default) nothing is dropped."""
 
 from __future__ import annotations
 
+import select
 import socket
+import time
 
 from tests.harness import encode_command, wait_until
 
@@ -21,15 +23,22 @@ def lazy_reader(node) -> socket.socket:
     return s
 
 
-def send_echoes(s: socket.socket, n: int) -> None:
-    request = encode_command(b"ECHO", b"x" * BIG)
-    for _ in range(n):
+def send_echoes(s: socket.socket, n: int, timeout: float = 10.0) -> None:
+    """Send n big ECHOs, waiting for room as the node reads them (on a loaded
+    machine the node reads slowly: giving up at the first full send buffer
+    could leave less queued than the kernel buffers absorb). Stops early once
+    the node has closed us."""
+    request = memoryview(encode_command(b"ECHO", b"x" * BIG) * n)
+    deadline = time.monotonic() + timeout
+    while request and time.monotonic() < deadline:
+        select.select([], [s], [], 0.1)
         try:
-            s.sendall(request)
+            sent = s.send(request)
         except BlockingIOError:
-            break               # the node stopped reading us: enough queued
+            continue
         except OSError:
-            break               # already disconnected
+            return              # disconnected
+        request = request[sent:]
 
 
 def client_count(c) -> int:
