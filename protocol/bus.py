@@ -348,31 +348,29 @@ class FrameReader:
         else (a bus message: the peer does not authenticate) raises."""
         if self._error is not None:
             raise self._error
-        frame = self._next_frame(0)
-        if frame is None:
+        n = self._complete(0)
+        if n is None:
             return None
+        start = self._pos + 4
+        self._pos = start + n
         try:
-            return decode_auth(frame)
+            return decode_auth(bytes(self._buf[start:start + n]))
         except BusProtocolError as exc:
             self._error = exc
             raise
 
-    def _next_frame(self, extra: int) -> bytes | None:
-        # One complete frame body (plus ``extra`` trailing bytes) as bytes, or
-        # None; checks the length prefix as __next__ does.
+    def _complete(self, extra: int) -> int | None:
+        """The body length of the next frame if it is all in (with ``extra``
+        bytes after it), else None; raises on a length outside the limits."""
         buf, pos = self._buf, self._pos
-        avail = len(buf) - pos
-        if avail < 4:
+        if len(buf) - pos < 4:
             return None
         (n,) = _LEN.unpack_from(buf, pos)
         if n == 0 or n > self.max_frame_size:
             self._error = BusProtocolError(
                 f"bus frame length {n} outside 1..{self.max_frame_size}")
             raise self._error
-        if avail - 4 < n + extra:
-            return None
-        self._pos = pos + 4 + n + extra
-        return bytes(buf[pos + 4:pos + 4 + n])
+        return n if len(buf) - pos - 4 >= n + extra else None
 
     def feed(self, data) -> None:
         if self._error is not None:
@@ -390,32 +388,31 @@ class FrameReader:
     def __next__(self) -> BusMessage:
         if self._error is not None:
             raise self._error
-        if self._mac is not None:
-            return self._next_authenticated()
-        buf, pos = self._buf, self._pos
-        avail = len(buf) - pos
-        if avail < 4:
+        mac = self._mac
+        tag_size = AUTH_TAG_SIZE if mac is not None else 0
+        n = self._complete(tag_size)
+        if n is None:
             self._compact()
             raise StopIteration
-        (n,) = _LEN.unpack_from(buf, pos)
-        if n == 0 or n > self.max_frame_size:
-            self._error = BusProtocolError(
-                f"bus frame length {n} outside 1..{self.max_frame_size}")
-            raise self._error
-        if avail - 4 < n:
-            self._compact()
-            raise StopIteration
+        pos = self._pos
         start = pos + 4
-        with memoryview(buf) as mv:
-            view = mv[start:start + n]
+        end = start + n
+        with memoryview(self._buf) as mv:
+            view = mv[start:end]
             try:
+                if mac is not None and not hmac.compare_digest(
+                        frame_tag(mac, self._seq, mv[pos:end]), mv[end:end + tag_size]):
+                    raise BusProtocolError(
+                        f"bus frame {self._seq} fails its authentication tag (forged, "
+                        "replayed or reordered)")
                 msg = decode_body(view)
             except BusProtocolError as exc:
                 self._error = exc
                 raise
             finally:
                 view.release()
-        self._pos = start + n
+        self._seq += 1
+        self._pos = end + tag_size
         return msg
 
     def _compact(self) -> None:
@@ -424,40 +421,6 @@ class FrameReader:
         if self._pos:
             del self._buf[:self._pos]
             self._pos = 0
-
-    def _next_authenticated(self) -> BusMessage:
-        buf, pos = self._buf, self._pos
-        avail = len(buf) - pos
-        if avail < 4:
-            self._compact()
-            raise StopIteration
-        (n,) = _LEN.unpack_from(buf, pos)
-        if n == 0 or n > self.max_frame_size:
-            self._error = BusProtocolError(
-                f"bus frame length {n} outside 1..{self.max_frame_size}")
-            raise self._error
-        end = pos + 4 + n
-        if avail < 4 + n + AUTH_TAG_SIZE:
-            self._compact()
-            raise StopIteration
-        with memoryview(buf) as mv:
-            frame = mv[pos:end]
-            try:
-                tag = frame_tag(self._mac, self._seq, frame)
-                if not hmac.compare_digest(tag, mv[end:end + AUTH_TAG_SIZE]):
-                    self._error = BusProtocolError(
-                        f"bus frame {self._seq} fails its authentication tag (forged, "
-                        "replayed or reordered)")
-                    raise self._error
-                msg = decode_body(frame[4:])
-            except BusProtocolError as exc:
-                self._error = exc
-                raise
-            finally:
-                frame.release()
-        self._seq += 1
-        self._pos = end + AUTH_TAG_SIZE
-        return msg
 
 
 # -- authenticated links (cluster-auth-pass) ------------------------------------------

@@ -72,6 +72,7 @@ class _Conn(asyncio.Protocol):
         # the handshake while it runs, then the signer of our frames and the
         # secret the link proved.
         self.secrets = bus.secrets
+        self.generation = bus.generation     # see ClusterBus.configure
         self.auth: _Handshake | None = None
         self.auth_timer: asyncio.TimerHandle | None = None
         self.signer: FrameSigner | None = None
@@ -85,6 +86,11 @@ class _Conn(asyncio.Protocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        if self.generation != self.bus.generation:
+            # Accepted or dialled before the TLS or the secrets changed.
+            transport.abort()
+            return
+        self.bus._conns.add(self)
         peername = transport.get_extra_info("peername") or ("",)
         sockname = transport.get_extra_info("sockname") or ("",)
         self.link = Link(peername[0], sockname[0],
@@ -129,6 +135,7 @@ class _Conn(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self.closed = True
         self.transport = None
+        self.bus._conns.discard(self)
         if self.auth_timer is not None:
             self.auth_timer.cancel()
         if self.ready is not None and not self.ready.done():
@@ -173,6 +180,8 @@ class _Conn(asyncio.Protocol):
         raise BusProtocolError(f"unexpected bus authentication step {msg.kind!r}")
 
     def _authenticated(self, secret: str, nonce_d: bytes, nonce_l: bytes) -> None:
+        if secret not in self.bus.secrets:
+            raise BusProtocolError("cluster-auth-pass changed during the handshake")
         to_listener, to_dialer = session_keys(secret, nonce_d, nonce_l)
         dialer = self.auth.dialer
         self.signer = FrameSigner(to_listener if dialer else to_dialer)
@@ -306,6 +315,10 @@ class ClusterBus:
         self.secrets = list(secrets)
         self.auth_timeout = auth_timeout
         self._servers: list = []          # one per listening socket
+        self._conns: set[_Conn] = set()   # every open connection, both directions
+        # Bumped by configure: a connection set up under older TLS contexts or
+        # secrets is dropped when it opens (it reconnects under the new ones).
+        self.generation = 0
         self._relisten: asyncio.Lock | None = None
         self._warned: dict[str, float] = {}
 
@@ -345,11 +358,12 @@ class ClusterBus:
                         or bool(secrets) != bool(self.secrets))
         tls_changed = ssl_server is not self.ssl_server
         self.ssl_server, self.ssl_client, self.secrets = ssl_server, ssl_client, list(secrets)
+        self.generation += 1
         if tls_changed and self._servers:
             self._loop.create_task(self._serve_again())
-        for conn in [p.conn for p in self._peers.values() if p.conn is not None] + list(
-                self._inbound_conns):
-            if mode_changed or (conn.secret is not None and conn.secret not in self.secrets):
+        for conn in list(self._conns):
+            if mode_changed or conn.auth is not None or (
+                    conn.secret is not None and conn.secret not in self.secrets):
                 conn.abort()
 
     async def _serve_again(self) -> None:
