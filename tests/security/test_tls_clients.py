@@ -220,3 +220,18 @@ def test_bad_handshakes_close_only_their_connection(tls_node, pki):
     n.client().execute_command("ADDJOB", "later", "you waited", 0)
     t.join(10)
     assert got and got[0][0][2] == b"you waited"
+
+
+def test_the_sdk_over_tls(tls_node, pki):
+    from disquette import Client
+
+    n = tls_node()
+    client = Client(f"disque://127.0.0.1:{n.port}", ssl=True, ssl_ca_certs=str(pki.ca.cert_file),
+                    ssl_certfile=str(pki.client.cert), ssl_keyfile=str(pki.client.key))
+    try:
+        jid = client.add_job("sdk", {"over": "tls"})
+        (job,) = client.get_jobs("sdk", timeout_ms=1000)
+        assert (job.id, job.body) == (jid, {"over": "tls"})
+        assert job.ack() == 1
+    finally:
+        client.close()
