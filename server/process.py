@@ -21,14 +21,13 @@ import signal
 import sys
 import time
 
-from broker.commands import COMMANDS
+from broker.commands import COMMANDS, renamed
 from broker.commands.connection import VERSION
 from broker.config import Config, ConfigError
 from broker.dispatch import CommandError
 from broker.node import Host, Node
 from cluster.cluster import Cluster, announced_address
 from cluster.membership import Membership
-from broker.commands import renamed
 from server import listeners
 from server.aof import AOFLoadError, AppendOnlyFile
 from server.bus import ClusterBus
@@ -133,6 +132,7 @@ class Server:
         self.tls = build_contexts(config) if tls_wanted(config) else None
         self.tls_listeners: list = []
         self.tls_port_open = 0
+        self.tls_port_changes = 0
         self._tls_relisten = asyncio.Lock()
         self.seeder = Seeder(self)
         self.timer = None
@@ -208,7 +208,7 @@ class Server:
         await self.bus.start()
         self.driver.bus = self.bus
         save_nodes_conf(cfg, self.cluster.m.to_nodes_conf())
-        for addr in cfg.bind or ["127.0.0.1"] if cfg.port else ():    # port 0: no plaintext
+        for addr in (cfg.bind or ["127.0.0.1"]) if cfg.port else ():    # port 0: no plaintext
             srv = await self.loop.create_server(
                 lambda: ClientConnection(self), host=addr, port=cfg.port,
                 backlog=cfg.tcp_backlog, reuse_address=True)
@@ -350,7 +350,7 @@ class Server:
             raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - "
                               f"Unable to update TLS configuration. Check server logs. "
                               f"({e})") from None
-        socks = None
+        socks = []
         if cfg.tls_port != self.tls_port_open:
             try:
                 socks = listeners.bind(cfg.bind or ["127.0.0.1"], cfg.tls_port,
@@ -360,23 +360,29 @@ class Server:
                 raise ConfigError(f"CONFIG SET failed (possibly related to argument "
                                   f"'{name}') - Unable to listen on this port. Check "
                                   f"server logs. ({e.strerror or e})") from None
+            listeners.close(self.tls_listeners)      # the old port stops now
+            self.tls_listeners = []
             self.tls_port_open = cfg.tls_port
+            self.tls_port_changes += 1
         self.tls = tls
-        if socks is not None or (self.tls_listeners and tls is not None):
-            self.loop.create_task(self.serve_tls(socks, tls and tls.clients))
+        if socks or (self.tls_listeners and tls is not None):
+            self.loop.create_task(self.serve_tls(socks, tls.clients, self.tls_port_changes))
         if self.bus is not None:
             bus_tls = tls if cfg.tls_cluster else None
             self.bus.configure(bus_tls and bus_tls.bus_server, bus_tls and bus_tls.bus_client,
                                cfg.cluster_secrets())
 
-    async def serve_tls(self, socks, ctx) -> None:
-        """Serve new TLS sockets (a new tls-port; [] closes) or the same ones
-        with a new context; in the order the changes came."""
+    async def serve_tls(self, socks, ctx, port_changes: int) -> None:
+        """Serve the sockets of a new tls-port, or (``socks`` empty) the current
+        ones with a new context; in the order the changes came, unless the port
+        changed again since."""
         async with self._tls_relisten:
-            if socks is not None:
-                listeners.close(self.tls_listeners)
+            if port_changes != self.tls_port_changes:
+                for sock in socks:
+                    sock.close()
+            elif socks:
                 self.tls_listeners = await listeners.serve(
-                    lambda: ClientConnection(self), socks, ctx) if socks else []
+                    lambda: ClientConnection(self), socks, ctx)
             elif self.tls_listeners:
                 self.tls_listeners = await listeners.reserve(
                     self.tls_listeners, lambda: ClientConnection(self), ctx)
