@@ -41,6 +41,10 @@ DENIED = (
     b"the server to start accepting connections from the outside.\r\n")
 
 
+# How long a refused client may keep its connection open after our reply.
+REFUSED_LINGER = 2.0
+
+
 def is_local(peer) -> bool:
     """Redis' connIsLocal: a 127.* or ::1 peer (or a Unix socket, no address);
     an IPv4 loopback seen through an IPv6 socket counts too."""
@@ -74,16 +78,10 @@ class ClientConnection(asyncio.Protocol):
         sock = transport.get_extra_info("sockname")
         cfg = node.config
         if len(node.clients) >= cfg.maxclients:
-            node.stats["rejected_connections"] += 1
-            transport.write(b"-ERR max number of clients reached\r\n")
-            transport.close()
-            self.closed = True
+            self.refuse(b"-ERR max number of clients reached\r\n")
             return
         if cfg.protected_mode and not cfg.requirepass and not is_local(peer):
-            node.stats["rejected_connections"] += 1
-            transport.write(DENIED)
-            transport.close()
-            self.closed = True
+            self.refuse(DENIED)
             return
         sock_obj = transport.get_extra_info("socket")
         self.client = node.new_client(_fmt_addr(peer), _fmt_addr(sock),
@@ -92,6 +90,21 @@ class ClientConnection(asyncio.Protocol):
         self.reader = Reader(max_bulk_len=cfg.proto_max_bulk_len,
                              max_query_buffer=cfg.client_query_buffer_limit)
         self.apply_output_limits()
+
+    def refuse(self, reply: bytes) -> None:
+        """Send ``reply`` and hang up, before anything is read. The reply is
+        followed by our FIN while what the client sends meanwhile is read and
+        dropped: closing with unread input would make the kernel send a reset,
+        which can destroy the reply before the client reads it."""
+        self.node.stats["rejected_connections"] += 1
+        self.closed = True          # data_received ignores what comes
+        t = self.transport
+        t.write(reply)
+        if t.can_write_eof():
+            t.write_eof()
+            self.server.loop.call_later(REFUSED_LINGER, t.close)
+        else:
+            t.close()
 
     # -- client-output-buffer-limit (class "normal"), on asyncio's flow control:
     # the transport calls pause_writing() once its buffer passes the high-water
