@@ -57,6 +57,7 @@ class Row:
     ours_cmd: list
     pipeline: int
     full_n: int
+    clients: int = 50
 
 
 ROWS = [
@@ -122,6 +123,12 @@ def measure(row: Row, cluster: list[Server], redis: Server, rounds: int, n: int
 
 # -- --security: the cost of cluster-auth-pass and tls-cluster ------------------------
 SECURED = ("plain", "auth", "tls", "tls+auth")
+# One client: every bus message in a frame of its own (no batching), the most
+# frames per job, so the most tags and TLS records per job.
+SECURITY_ROWS = [
+    Row("sync-c1", "ADDJOB REPLICATE 3, -c 1", ["ADDJOB", "q", BODY, "0", "REPLICATE", "3"],
+        1, 20_000, clients=1),
+]
 
 
 def secured_directives(kind: str, pki_dir: Path) -> list[str]:
@@ -149,7 +156,34 @@ def cpu_seconds(servers: list[Server]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def tag_cost_us(size: int) -> float:
+    """CPU time to tag one frame of ``size`` bytes and check it on arrival
+    (in this process: what cluster-auth-pass adds per frame, both ends)."""
+    import timeit
+
+    sys.path.insert(0, str(REPO_ROOT))
+    from protocol import bus as B
+
+    key = B.session_keys("secret", b"d" * 32, b"l" * 32)[0]
+    msg = B.BusMessage(B.GOTJOB, "a" * 40, "127.0.0.1", 7711, 17711, 0, [], b"x" * size)
+    frame = B.encode_frame(msg)
+    signer = B.FrameSigner(key)
+    count = 20_000
+    data = b"".join(frame + signer.tag(frame) for _ in range(count))
+    reader = B.FrameReader()
+    reader.feed(data)
+    reader.authenticate(key)
+    check = timeit.timeit(lambda: next(reader), number=count)
+    plain = B.FrameReader()
+    plain.feed(frame * count)
+    decode = timeit.timeit(lambda: next(plain), number=count)
+    sign = timeit.timeit(lambda: signer.tag(frame), number=count)
+    return (sign + check - decode) / count * 1e6
+
+
 def security_cost(rows: list[Row], rounds: int, quick: bool, scale: float) -> None:
+    for size in (100, 2000):
+        log(f"tag + check of one {size}-byte frame: {tag_cost_us(size):.2f} us")
     pki_dir = Path(tempfile.mkdtemp(prefix="bench-pki-"))
     clusters = {}
     for kind in SECURED:
@@ -170,7 +204,7 @@ def security_cost(rows: list[Row], rounds: int, quick: bool, scale: float) -> No
                 settle(nodes[0], 0.3)
                 before = cpu_seconds(nodes)
                 rates[kind].append(redis_benchmark(nodes[0].port, row.ours_cmd, n,
-                                                   pipeline=row.pipeline))
+                                                   clients=row.clients, pipeline=row.pipeline))
                 wait_replicated(nodes)
                 cpu[kind].append((cpu_seconds(nodes) - before) / n * 1e6)
             log(f"  {row.name} round {r + 1}/{rounds}: " + ", ".join(
@@ -204,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (1 if args.quick else 3)
     if args.security:
         print(environment(), flush=True)
-        security_cost([r for r in rows if r.pipeline == 1], max(rounds, 2), args.quick,
-                      args.scale)
+        security_cost([r for r in rows if r.pipeline == 1] + SECURITY_ROWS, max(rounds, 2),
+                      args.quick, args.scale)
         return 0
 
     print(environment(), flush=True)
