@@ -32,7 +32,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?= -q -n 2 --dist loadgroup -ra --durations=10
 
 # `make run` starts one node per port (default: a 3-node cluster); with several
-# ports the others MEET the first.
+# ports every node gets them all as cluster-seeds and they join on their own.
 HOST ?= 127.0.0.1
 PORTS ?= 7711 7712 7713
 # Each node also serves its HTTP API and dashboard on port + HTTP_OFFSET (8711...).
@@ -93,15 +93,13 @@ run: venv
 	fi; \
 	call() { $(PY) -c "import socket,sys; s=socket.create_connection(('$(HOST)',int(sys.argv[1])),1); s.sendall(sys.argv[2].encode()+b'\r\n'); f=s.makefile('rb'); h=f.readline(); print((f.read(int(h[1:])) if h[:1]==b'\$$' else h).decode().strip())" "$$@" 2>/dev/null; }; \
 	pids=(); trap 'kill $${pids[@]} 2>/dev/null; wait' EXIT; trap 'exit 130' INT TERM; \
+	seeds=$$(printf '$(HOST):%s,' "$${ports[@]}"); seeds=$${seeds%,}; \
 	for p in "$${ports[@]}"; do \
 	  mkdir -p $(RUN_DIR)/$$p; log=$(RUN_DIR)/$$p/stdout.log; touch $$log; off=$$(stat -c %s $$log); \
-	  $(BROKER) --port $$p --http-port $$((p + $(HTTP_OFFSET))) --dir $(RUN_DIR)/$$p >>$$log 2>&1 & pid=$$!; pids+=($$pid); \
+	  $(BROKER) --port $$p --http-port $$((p + $(HTTP_OFFSET))) --dir $(RUN_DIR)/$$p --cluster-seeds $$seeds >>$$log 2>&1 & pid=$$!; pids+=($$pid); \
 	  tail -c +$$((off + 1)) -F --pid=$$pid $$log 2>/dev/null | sed -u "s/^/[$$p] /" & \
 	done; \
-	for p in "$${ports[@]}"; do \
-	  for i in $$(seq 100); do [ "$$(call $$p PING)" = "+PONG" ] && break; sleep 0.1; done; \
-	done; \
-	for p in "$${ports[@]:1}"; do echo "$$p: CLUSTER MEET $(HOST) $${ports[0]} -> $$(call $$p "CLUSTER MEET $(HOST) $${ports[0]}")"; done; \
+	echo "joining through cluster-seeds $$seeds"; \
 	for i in $$(seq 200); do \
 	  ok=1; for p in "$${ports[@]}"; do \
 	    case "$$(call $$p 'CLUSTER INFO' | tr -d '\r')" in *"cluster_known_nodes:$$n"*"cluster_reachable_nodes:$$((n - 1))"*) ;; *) ok=0;; esac; \

@@ -340,9 +340,11 @@ def wait_cluster_joined(nodes: list[Server], timeout: float = 30.0) -> None:
         time.sleep(0.1)
 
 
-def parse_bench_args(argv, description: str, row_names: list[str]):
-    """The options every bench script takes."""
+def parse_bench_args(argv, description: str, row_names: list[str], extra=None):
+    """The options every bench script takes (``extra(parser)`` adds a script's own)."""
     ap = argparse.ArgumentParser(description=description)
+    if extra is not None:
+        extra(ap)
     ap.add_argument("--quick", action="store_true", help="a fifth of the requests, one round")
     ap.add_argument("--only", default="", help="comma-separated rows: " + ", ".join(row_names))
     ap.add_argument("--rounds", type=int, default=0, help="rounds per throughput row "

@@ -34,6 +34,8 @@ __all__ = [
     "Directive",
     "DIRECTIVES",
     "OutputBufferLimit",
+    "RenameCommand",
+    "Seed",
     "DEFAULT_PIDFILE",
     "REWRITE_SIGNATURE",
     "parse_memory",
@@ -462,6 +464,71 @@ def _password(s: str) -> str | None:
     return None
 
 
+# TLS protocol names as Redis' tls-protocols takes them (case-insensitive).
+TLS_PROTOCOLS = ("tlsv1", "tlsv1.1", "tlsv1.2", "tlsv1.3")
+
+
+def _tls_protocols(s: str) -> str | None:
+    if any(t.lower() not in TLS_PROTOCOLS for t in s.split()):
+        return ("Invalid tls-protocols specified. "
+                "Use a combination of 'TLSv1', 'TLSv1.1', 'TLSv1.2' and 'TLSv1.3'.")
+    return None
+
+
+def _tls_ciphersuites(s: str) -> str | None:
+    # Python's ssl module has no call for SSL_CTX_set_ciphersuites.
+    if s:
+        return ("tls-ciphersuites is not supported (Python's ssl module cannot choose "
+                "TLSv1.3 cipher suites): leave it empty, or limit tls-protocols to "
+                "TLSv1.2 and use tls-ciphers")
+    return None
+
+
+@dataclass(frozen=True)
+class Seed:
+    """One cluster-seeds entry: a name (or address) and the CLIENT port, as
+    CLUSTER MEET takes them; ``bus_port`` 0 means port + 10000."""
+
+    host: str
+    port: int
+    bus_port: int = 0
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}" + (f"@{self.bus_port}" if self.bus_port else "")
+
+
+_SEED_RE = re.compile(r"(?:\[([0-9A-Fa-f:.]+)\]|([^\s:@\[\]]+)):([0-9]+)(?:@([0-9]+))?")
+
+
+@dataclass(frozen=True)
+class SeedList(Kind):
+    """cluster-seeds: ``host:port[@bus-port]`` entries separated by commas (or
+    spaces); ``[v6addr]:port`` for IPv6 literals; empty for none."""
+
+    nargs = "+"
+
+    def parse(self, text: str, current: Any) -> list[Seed]:
+        seeds = []
+        for item in re.split(r"[,\s]+", text.strip()):
+            if not item:
+                continue
+            m = _SEED_RE.fullmatch(item)
+            if m is None:
+                raise ValueError(f"invalid seed '{item}': expected host:port")
+            port, bus = int(m.group(3)), int(m.group(4) or 0)
+            if not 0 < port < 65536 or not 0 <= bus < 65536:
+                raise ValueError(f"invalid seed '{item}': port out of range")
+            seeds.append(Seed(m.group(1) or m.group(2), port, bus))
+        return seeds
+
+    def render(self, value: list[Seed]) -> str:
+        return ",".join(map(str, value))
+
+    def file_lines(self, value: list[Seed]) -> list[RewriteLine]:
+        return [(None, quote_arg(self.render(value)))]
+
+
 # --------------------------------------------------------------------------
 # The table.
 
@@ -477,6 +544,18 @@ class Directive:
     @property
     def attr(self) -> str:
         return self.name.replace("-", "_")
+
+
+@dataclass(frozen=True)
+class RenameCommand:
+    """A `rename-command old new` line (new "" removes the command), with where
+    it was read for the error message if the command table refuses it."""
+
+    old: str
+    new: str
+    lineno: int | None
+    line: str
+    where: str | None
 
 
 def _d(name: str, kind: Kind, default: Any, runtime: bool, doc: str) -> Directive:
@@ -529,6 +608,35 @@ _TABLE: tuple[Directive, ...] = (
     # -- security
     _d("requirepass", String(check=_password), "", True,
        "Password clients must AUTH with; empty for none."),
+    _d("protected-mode", Bool(), True, True,
+       "With no requirepass, refuse clients that do not connect from the loopback "
+       "interface (Redis' DENIED reply)."),
+    # TLS (Redis' names). Changing any of them at run time rebuilds the TLS
+    # contexts and re-opens the TLS listeners; established connections stay.
+    _d("tls-port", _PORT, 0, True,
+       "Client TLS port; 0 disables TLS for clients (port 0 disables plaintext)."),
+    _d("tls-cert-file", String(), "", True,
+       "Server certificate (PEM, chain allowed); also the node's client "
+       "certificate on the cluster bus with tls-cluster."),
+    _d("tls-key-file", String(), "", True, "Private key of tls-cert-file (PEM)."),
+    _d("tls-key-file-pass", String(), "", True,
+       "Passphrase of an encrypted tls-key-file."),
+    _d("tls-ca-cert-file", String(), "", True,
+       "CA certificates (PEM) that client and peer certificates must chain to."),
+    _d("tls-ca-cert-dir", String(), "", True,
+       "Directory of CA certificates (c_rehash layout), as tls-ca-cert-file."),
+    _d("tls-auth-clients", Enum(("yes", "no", "optional")), "yes", True,
+       "Client certificates: required (yes), not asked (no), or checked when "
+       "sent (optional)."),
+    _d("tls-protocols", String(check=_tls_protocols), "", True,
+       "Space-separated TLS versions to accept; empty: TLSv1.2 TLSv1.3."),
+    _d("tls-ciphers", String(), "", True,
+       "OpenSSL cipher list for TLSv1.2 and below; empty: OpenSSL's default."),
+    _d("tls-ciphersuites", String(check=_tls_ciphersuites), "", True,
+       "TLSv1.3 cipher suites: only empty (OpenSSL's default) is supported."),
+    _d("tls-cluster", Bool(), False, True,
+       "Mutual TLS on the cluster bus with the same files (every node must agree; "
+       "changing it re-opens every bus link)."),
     # -- limits
     _d("maxclients", Integer(1, message="Invalid max clients limit"), 10000, True,
        "Maximum simultaneous client connections."),
@@ -568,6 +676,15 @@ _TABLE: tuple[Directive, ...] = (
     # -- cluster
     _d("cluster-config-file", String(check=_not_empty("cluster-config-file")), "nodes.conf",
        False, "Cluster state file, inside dir, written by the node."),
+    _d("cluster-seeds", SeedList(), [], True,
+       "(ext) host:port[,host:port...] (client ports, as CLUSTER MEET): names "
+       "resolved and met at start and every few seconds while the node is alone."),
+    _d("cluster-auth-pass", String(check=_password), "", True,
+       "(ext) Shared secret every bus link proves (HMAC challenge-response) before "
+       "any message; frames then carry a per-link MAC. Empty: no bus authentication."),
+    _d("cluster-auth-pass-previous", String(check=_password), "", True,
+       "(ext) A former cluster-auth-pass still accepted during a rotation; "
+       "CONFIG SET cluster-auth-pass fills it, set it to \"\" to end the rotation."),
     _d("cluster-node-timeout",
        Integer(1, message="cluster node timeout must be 1 or greater"), 15000, True,
        "Milliseconds without an answer before a node is flagged PFAIL."),
@@ -639,6 +756,18 @@ class Config:
     syslog_facility: str
     dir: str
     requirepass: str
+    protected_mode: bool
+    tls_port: int
+    tls_cert_file: str
+    tls_key_file: str
+    tls_key_file_pass: str
+    tls_ca_cert_file: str
+    tls_ca_cert_dir: str
+    tls_auth_clients: str
+    tls_protocols: str
+    tls_ciphers: str
+    tls_ciphersuites: str
+    tls_cluster: bool
     maxclients: int
     maxmemory: int
     maxmemory_policy: str
@@ -652,6 +781,9 @@ class Config:
     aof_enqueue_jobs_once: bool
     aof_rewrite_incremental_fsync: bool
     cluster_config_file: str
+    cluster_seeds: list[Seed]
+    cluster_auth_pass: str
+    cluster_auth_pass_previous: str
     cluster_node_timeout: int
     cluster_bus_port: int
     cluster_announce_ip: str
@@ -668,6 +800,11 @@ class Config:
     proto_max_bulk_len: int
 
     config_file: str | None
+    # `rename-command old new` lines, in order: not a directive of the table
+    # (a config-file-only edit of the command table, as in Redis, kept out of
+    # CONFIG GET and left as written by CONFIG REWRITE); the process applies
+    # them to the command table at start.
+    rename_commands: list["RenameCommand"]
     # fn(name) -> None, called after set() stored a new value; raising
     # ConfigError refuses the change (the old value is put back), e.g. chdir
     # failing for `dir` or the AOF failing to start.
@@ -678,6 +815,7 @@ class Config:
             # Copies, so that no two configs (or the table) share a list/dict.
             setattr(self, d.attr, copy.deepcopy(d.default))
         self.config_file = None
+        self.rename_commands = []
         self.watchers = []
         by_attr = {d.attr for d in _TABLE}
         for attr, value in overrides.items():
@@ -775,6 +913,10 @@ class Config:
         if line is None:
             line = " ".join([name] + [quote_arg(v) if not v or any(
                 ch in _SPACE + "\"'" for ch in v) else v for v in values])
+        if name == "rename-command" and len(values) == 2:
+            self.rename_commands.append(
+                RenameCommand(values[0], values[1], lineno, line, where))
+            return
         d = DIRECTIVES.get(name)
         ok_arity = d is not None and (len(values) == 1 if d.kind.nargs == "1" else len(values) >= 1)
         if not ok_arity:
@@ -807,7 +949,9 @@ class Config:
 
     def set(self, name: str, value: str, *, at_runtime: bool = True) -> None:
         """CONFIG SET: validate, convert, store, then tell the ``watchers`` (a
-        watcher raising ConfigError undoes the change)."""
+        watcher raising ConfigError undoes the change). A new cluster-auth-pass
+        keeps the one it replaces in cluster-auth-pass-previous (the rotation
+        window: both are accepted until that is set to "")."""
         d = self._directive(name)
         if at_runtime and not d.runtime:
             raise ConfigError(f"Unsupported CONFIG parameter: {name} (it can't be "
@@ -818,13 +962,53 @@ class Config:
             raise ConfigError(f"Invalid argument '{value}' for CONFIG SET '{name}' - {e}",
                               reason=str(e)) from None
         old = getattr(self, d.attr)
+        old_previous = self.cluster_auth_pass_previous
         setattr(self, d.attr, new)
+        if d.name == "cluster-auth-pass" and old and new and old != new:
+            self.cluster_auth_pass_previous = old
         try:
             for watch in list(self.watchers):
                 watch(d.name)
         except ConfigError:
             setattr(self, d.attr, old)
+            self.cluster_auth_pass_previous = old_previous
             raise
+
+    def set_many(self, pairs: list[tuple[str, str]]) -> None:
+        """CONFIG SET of several directives, all or nothing (as Redis 7): every
+        value is checked and stored, then the watchers hear each name, so
+        directives that go together (a new tls-cert-file and its tls-key-file)
+        are applied together. If a value or a watcher refuses, every directive
+        gets its old value back and the watchers that had already heard a name
+        hear it again."""
+        if len(pairs) == 1:
+            self.set(*pairs[0])
+            return
+        names = list(dict.fromkeys(self._directive(n).name for n, _ in pairs))
+        saved = {name: getattr(self, DIRECTIVES[name].attr) for name in names}
+        saved_previous = self.cluster_auth_pass_previous
+        watchers, self.watchers = self.watchers, []
+        heard: list[str] = []
+        try:
+            for name, value in pairs:
+                self.set(name, value)
+            for name in names:
+                heard.append(name)
+                for watch in list(watchers):
+                    watch(name)
+        except ConfigError:
+            for name, value in saved.items():
+                setattr(self, DIRECTIVES[name].attr, value)
+            self.cluster_auth_pass_previous = saved_previous
+            for name in heard:
+                for watch in list(watchers):
+                    try:
+                        watch(name)
+                    except ConfigError:
+                        pass
+            raise
+        finally:
+            self.watchers = watchers
 
     def render(self, name: str) -> str:
         """A directive's value as CONFIG GET shows it."""
@@ -895,9 +1079,30 @@ class Config:
     # -- conveniences --------------------------------------------------------
 
     @property
+    def client_port(self) -> int:
+        """The client port a node is known by: ``port``, or ``tls-port`` when
+        plaintext is off (port 0)."""
+        return self.port or self.tls_port
+
+    @property
     def effective_bus_port(self) -> int:
-        """The port the cluster bus listens on (cluster-bus-port 0 = port + 10000)."""
-        return self.cluster_bus_port or self.port + 10000
+        """The port the cluster bus listens on (cluster-bus-port 0 = the client
+        port + 10000, the client port being tls-port when port is 0)."""
+        return self.cluster_bus_port or self.client_port + 10000
+
+    def cluster_secrets(self) -> list[str]:
+        """The bus secrets accepted now, current first: none when
+        cluster-auth-pass is empty (no bus authentication)."""
+        if not self.cluster_auth_pass:
+            return []
+        prev = self.cluster_auth_pass_previous
+        return [self.cluster_auth_pass] + ([prev] if prev and prev != self.cluster_auth_pass
+                                           else [])
+
+    def rename_error(self, entry: "RenameCommand", reason: str) -> ConfigError:
+        """The fatal config error for a rename-command line the command table
+        refuses (Redis' texts: "No such command in rename-command"...)."""
+        return self._load_error(reason, entry.lineno, entry.line, entry.where)
 
     def as_dict(self) -> dict[str, Any]:
         """Directive name -> typed value, table order."""
@@ -909,6 +1114,7 @@ class Config:
         for d in _TABLE:
             setattr(other, d.attr, copy.deepcopy(getattr(self, d.attr)))
         other.config_file = self.config_file
+        other.rename_commands = list(self.rename_commands)
         return other
 
     def __eq__(self, other: object) -> bool:

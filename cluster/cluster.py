@@ -55,7 +55,7 @@ def announced_address(config) -> tuple[str, int, int]:
     ip = config.cluster_announce_ip
     if not ip and config.bind and config.bind[0] not in ("0.0.0.0", "::", "*"):
         ip = config.bind[0]
-    return (ip or "", config.cluster_announce_port or config.port,
+    return (ip or "", config.cluster_announce_port or config.client_port,
             config.cluster_announce_bus_port or config.effective_bus_port)
 
 

@@ -661,6 +661,15 @@ class Membership:
         REPLJOB). Myself excluded."""
         return [n.id for n in self.nodes.values() if not n.flags & _UNREACHABLE]
 
+    def alone(self) -> bool:
+        """No other node answers us: none known yet, none answered since we
+        started (a table reloaded from nodes.conf), or every one is failing.
+        cluster-seeds (server/seeds.py) meets its seeds again while alone."""
+        for n in self.nodes.values():
+            if n.pong_received and not n.flags & _UNREACHABLE & ~FLAG_LEAVING:
+                return False
+        return True
+
     def reachable_sorted(self) -> tuple[str, ...]:
         """:meth:`reachable_ids` sorted (a stable order for seeded choices), cached
         until the next input: the job layer asks for it on every ADDJOB."""

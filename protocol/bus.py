@@ -24,6 +24,8 @@ speaks another protocol), never the node.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 import struct
 from dataclasses import dataclass
@@ -40,6 +42,9 @@ __all__ = [
     "BATCH", "FIRST_JOB_TYPE",
     "FLAG_MYSELF", "FLAG_PFAIL", "FLAG_FAIL", "FLAG_HANDSHAKE", "FLAG_NOADDR",
     "FLAG_LEAVING", "FLAG_MEET", "WIRE_FLAGS",
+    "AUTH_NONCE_SIZE", "AUTH_TAG_SIZE", "AUTH_HELLO", "AUTH_PROOF", "AUTH_ACCEPT",
+    "AuthMessage", "encode_auth", "decode_auth", "auth_proof", "session_keys",
+    "FrameSigner", "frame_mac", "frame_tag",
 ]
 
 #: Bumped on any incompatible change of the body layout; a peer speaking another
@@ -252,6 +257,9 @@ def decode_body(body) -> BusMessage:
     except Exception as exc:  # msgpack raises several types (ExtraData, ValueError...)
         raise BusProtocolError(f"invalid bus frame body: {exc}") from None
     if type(obj) is not list or len(obj) != 9:
+        if type(obj) is list and obj and obj[0] == AUTH_MAGIC:
+            raise BusProtocolError("the peer authenticates its bus links "
+                                   "(cluster-auth-pass) and this node does not")
         raise _bad("body is not a 9-element array")
     version, mtype, sender, ip, port, bus_port, flags, gossip, payload = obj
     if version != PROTOCOL_VERSION:
@@ -313,15 +321,56 @@ class FrameReader:
     A length above ``max_frame_size`` (or zero) raises as soon as the 4-byte prefix
     is in, so a hostile peer cannot make us buffer more than one limit's worth.
     After an error the reader stays broken: the caller must drop the link.
+
+    On an authenticated link (see "Authenticated links" above) the shell reads
+    the handshake with :meth:`next_auth`, then calls :meth:`authenticate` with
+    the peer's sending key: from there on every frame must carry its tag.
     """
 
-    __slots__ = ("_buf", "_pos", "max_frame_size", "_error")
+    __slots__ = ("_buf", "_pos", "max_frame_size", "_error", "_mac", "_seq")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self._buf = bytearray()
         self._pos = 0
         self.max_frame_size = max_frame_size
         self._error: BusProtocolError | None = None
+        self._mac = None
+        self._seq = 0
+
+    def authenticate(self, key: bytes) -> None:
+        """Every frame from now on (bytes already buffered included) must be
+        followed by its tag under ``key``, in sequence."""
+        self._mac = frame_mac(key)
+        self._seq = 0
+
+    def next_auth(self) -> "AuthMessage | None":
+        """The next handshake message, or None while it is incomplete. Anything
+        else (a bus message: the peer does not authenticate) raises."""
+        if self._error is not None:
+            raise self._error
+        n = self._complete(0)
+        if n is None:
+            return None
+        start = self._pos + 4
+        self._pos = start + n
+        try:
+            return decode_auth(bytes(self._buf[start:start + n]))
+        except BusProtocolError as exc:
+            self._error = exc
+            raise
+
+    def _complete(self, extra: int) -> int | None:
+        """The body length of the next frame if it is all in (with ``extra``
+        bytes after it), else None; raises on a length outside the limits."""
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < 4:
+            return None
+        (n,) = _LEN.unpack_from(buf, pos)
+        if n == 0 or n > self.max_frame_size:
+            self._error = BusProtocolError(
+                f"bus frame length {n} outside 1..{self.max_frame_size}")
+            raise self._error
+        return n if len(buf) - pos - 4 >= n + extra else None
 
     def feed(self, data) -> None:
         if self._error is not None:
@@ -339,30 +388,31 @@ class FrameReader:
     def __next__(self) -> BusMessage:
         if self._error is not None:
             raise self._error
-        buf, pos = self._buf, self._pos
-        avail = len(buf) - pos
-        if avail < 4:
+        mac = self._mac
+        tag_size = AUTH_TAG_SIZE if mac is not None else 0
+        n = self._complete(tag_size)
+        if n is None:
             self._compact()
             raise StopIteration
-        (n,) = _LEN.unpack_from(buf, pos)
-        if n == 0 or n > self.max_frame_size:
-            self._error = BusProtocolError(
-                f"bus frame length {n} outside 1..{self.max_frame_size}")
-            raise self._error
-        if avail - 4 < n:
-            self._compact()
-            raise StopIteration
+        pos = self._pos
         start = pos + 4
-        with memoryview(buf) as mv:
-            view = mv[start:start + n]
+        end = start + n
+        with memoryview(self._buf) as mv:
+            view = mv[start:end]
             try:
+                if mac is not None and not hmac.compare_digest(
+                        frame_tag(mac, self._seq, mv[pos:end]), mv[end:end + tag_size]):
+                    raise BusProtocolError(
+                        f"bus frame {self._seq} fails its authentication tag (forged, "
+                        "replayed or reordered)")
                 msg = decode_body(view)
             except BusProtocolError as exc:
                 self._error = exc
                 raise
             finally:
                 view.release()
-        self._pos = start + n
+        self._seq += 1
+        self._pos = end + tag_size
         return msg
 
     def _compact(self) -> None:
@@ -371,3 +421,130 @@ class FrameReader:
         if self._pos:
             del self._buf[:self._pos]
             self._pos = 0
+
+
+# -- authenticated links (cluster-auth-pass) ------------------------------------------
+# A node with cluster-auth-pass opens every bus link (both directions) with a
+# handshake, in frames of the usual layout whose body is
+# [AUTH_MAGIC, AUTH_VERSION, kind, ...]:
+#
+#   both sides at once  HELLO  [magic, 1, "hello", nonce]         32 random bytes each
+#   dialer              PROOF  [magic, 1, "proof", [mac, ...]]    one per secret it holds
+#   listener            ACCEPT [magic, 1, "accept", index, mac]   which of the dialer's
+#                                                                 macs it accepted
+#   mac(role) = HMAC-SHA256(secret, "disquette-bus-auth v1 <role>" + nonce_d + nonce_l)
+#
+# The listener proves itself only to a dialer that proved first, and each side's
+# proof covers the other's fresh nonce, so a recorded handshake is worth nothing
+# on another link. The secret never travels; during a rotation a node holds two
+# (cluster-auth-pass, cluster-auth-pass-previous) and the dialer proves with
+# both. Then both sides derive per-direction keys from the secret and both nonces
+# (session_keys) and every frame is followed by
+#   tag = BLAKE2b-128 keyed with its direction's key (8-byte frame number + frame)
+# frames numbered from 0 in each direction: a frame cut from another link fails
+# (other keys), and one replayed, dropped or reordered in the same link fails
+# (other number). The link is closed on the first bad tag. This authenticates
+# and orders frames; it does not hide them (tls-cluster does).
+AUTH_MAGIC = "disquette-bus-auth"
+AUTH_VERSION = 1
+AUTH_NONCE_SIZE = 32
+AUTH_TAG_SIZE = 16
+AUTH_MAX_SECRETS = 4
+AUTH_HELLO = "hello"
+AUTH_PROOF = "proof"
+AUTH_ACCEPT = "accept"
+_SEQ = struct.Struct(">Q")
+_MAC_SIZE = 32
+
+
+class AuthMessage(NamedTuple):
+    kind: str
+    nonce: bytes = b""           # hello
+    macs: tuple = ()             # proof: the dialer's, one per secret
+    index: int = 0               # accept: which of the dialer's macs matched
+    mac: bytes = b""             # accept: the listener's
+
+
+def encode_auth(msg: AuthMessage) -> bytes:
+    if msg.kind == AUTH_HELLO:
+        body = [AUTH_MAGIC, AUTH_VERSION, AUTH_HELLO, msg.nonce]
+    elif msg.kind == AUTH_PROOF:
+        body = [AUTH_MAGIC, AUTH_VERSION, AUTH_PROOF, list(msg.macs)]
+    else:
+        body = [AUTH_MAGIC, AUTH_VERSION, AUTH_ACCEPT, msg.index, msg.mac]
+    data = msgpack.packb(body, use_bin_type=True)
+    return _LEN.pack(len(data)) + data
+
+
+def decode_auth(body) -> AuthMessage:
+    try:
+        obj = msgpack.unpackb(body, raw=False, use_list=True)
+    except Exception as exc:
+        raise BusProtocolError(f"invalid bus frame body: {exc}") from None
+    if type(obj) is not list or len(obj) < 4 or obj[0] != AUTH_MAGIC:
+        raise BusProtocolError(
+            "the peer sent a bus message without authenticating: it has no "
+            "cluster-auth-pass, or another one")
+    if obj[1] != AUTH_VERSION:
+        raise BusProtocolError(f"unsupported bus authentication version {obj[1]!r}")
+    kind = obj[2]
+    if kind == AUTH_HELLO and len(obj) == 4 and type(obj[3]) is bytes \
+            and len(obj[3]) == AUTH_NONCE_SIZE:
+        return AuthMessage(AUTH_HELLO, nonce=obj[3])
+    if kind == AUTH_PROOF and len(obj) == 4 and type(obj[3]) is list \
+            and 0 < len(obj[3]) <= AUTH_MAX_SECRETS \
+            and all(type(m) is bytes and len(m) == _MAC_SIZE for m in obj[3]):
+        return AuthMessage(AUTH_PROOF, macs=tuple(obj[3]))
+    if kind == AUTH_ACCEPT and len(obj) == 5 and type(obj[3]) is int \
+            and 0 <= obj[3] < AUTH_MAX_SECRETS and type(obj[4]) is bytes \
+            and len(obj[4]) == _MAC_SIZE:
+        return AuthMessage(AUTH_ACCEPT, index=obj[3], mac=obj[4])
+    raise BusProtocolError(f"malformed bus authentication message {kind!r}")
+
+
+def auth_proof(secret: str, role: str, nonce_dialer: bytes, nonce_listener: bytes) -> bytes:
+    """What a side sends to prove it holds ``secret`` (role: "dialer" or "listener")."""
+    return hmac.digest(secret.encode("utf-8", "surrogateescape"),
+                       b"disquette-bus-auth v1 " + role.encode() + nonce_dialer
+                       + nonce_listener, "sha256")
+
+
+def session_keys(secret: str, nonce_dialer: bytes, nonce_listener: bytes
+                 ) -> tuple[bytes, bytes]:
+    """(dialer -> listener key, listener -> dialer key) of one link."""
+    master = hmac.digest(secret.encode("utf-8", "surrogateescape"),
+                         b"disquette-bus-auth v1 session" + nonce_dialer + nonce_listener,
+                         "sha256")
+    return (hmac.digest(master, b"dialer->listener", "sha256"),
+            hmac.digest(master, b"listener->dialer", "sha256"))
+
+
+def frame_mac(key: bytes):
+    """The keyed MAC frames of one direction are tagged with: BLAKE2b in its
+    keyed mode (a MAC by design; cheaper than HMAC-SHA256 per frame), set up
+    once per link and copied per frame."""
+    return hashlib.blake2b(key=key, digest_size=AUTH_TAG_SIZE)
+
+
+def frame_tag(mac, seq: int, frame) -> bytes:
+    """The tag that follows frame number ``seq`` (length prefix included);
+    ``mac`` comes from :func:`frame_mac`."""
+    h = mac.copy()
+    h.update(_SEQ.pack(seq))
+    h.update(frame)
+    return h.digest()
+
+
+class FrameSigner:
+    """The sending side of an authenticated link: the tag of each frame, in order."""
+
+    __slots__ = ("mac", "seq")
+
+    def __init__(self, key: bytes) -> None:
+        self.mac = frame_mac(key)
+        self.seq = 0
+
+    def tag(self, frame) -> bytes:
+        tag = frame_tag(self.mac, self.seq, frame)
+        self.seq += 1
+        return tag

@@ -21,19 +21,33 @@ Addresses: the bus listens on ``host``/``port``; what peers are told (the header
 of every message) is the Membership's own ip/port/bus_port, i.e. the
 ``cluster-announce-ip``/``-port``/``-bus-port`` when set (SPEC §1), so a node can
 sit behind NAT, a proxy or a container port map.
+
+Security (see :meth:`ClusterBus.configure`): with ``tls-cluster`` every link is
+mutual TLS (server/tls.py makes the contexts); with ``cluster-auth-pass`` every
+link, in both directions, opens with the challenge-response of protocol/bus.py
+("Authenticated links") before any bus message, and every frame then carries
+its tag. A connection is usable (an outbound link reported up, an inbound one
+identified) only once authenticated, so nothing from a peer that failed reaches
+the core: the link is closed and logged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import random
+import secrets as _secrets
+import ssl
 from typing import Callable
 
 from cluster.membership import Link
 from protocol.bus import (
-    DEFAULT_MAX_FRAME_SIZE, BusMessage, BusProtocolError, FrameReader, encode_frame,
+    AUTH_ACCEPT, AUTH_HELLO, AUTH_NONCE_SIZE, AUTH_PROOF, DEFAULT_MAX_FRAME_SIZE, AuthMessage,
+    BusMessage, BusProtocolError, FrameReader, FrameSigner, auth_proof, encode_auth,
+    encode_frame, session_keys,
 )
+from server import listeners
 
 __all__ = ["ClusterBus"]
 
@@ -54,21 +68,54 @@ class _Conn(asyncio.Protocol):
         self.pending_bytes = 0
         self.flush_scheduled = False
         self.closed = False
+        # Authentication (cluster-auth-pass): the secrets this link may prove,
+        # the handshake while it runs, then the signer of our frames and the
+        # secret the link proved.
+        self.secrets = bus.secrets
+        self.generation = bus.generation     # see ClusterBus.configure
+        self.auth: _Handshake | None = None
+        self.auth_timer: asyncio.TimerHandle | None = None
+        self.signer: FrameSigner | None = None
+        self.secret: str | None = None
+        # Outbound: True once the link is usable (TLS and authentication done),
+        # False if it closed before.
+        self.ready: asyncio.Future | None = (
+            bus._loop.create_future() if peer is not None else None)
 
     # -- asyncio.Protocol --------------------------------------------------------------
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        if self.generation != self.bus.generation:
+            # Accepted or dialled before the TLS or the secrets changed.
+            transport.abort()
+            return
+        self.bus._conns.add(self)
         peername = transport.get_extra_info("peername") or ("",)
         sockname = transport.get_extra_info("sockname") or ("",)
         self.link = Link(peername[0], sockname[0],
                          self.peer.node_id if self.peer is not None else None)
         if self.peer is None:
             self.bus._inbound_conns.add(self)
+        if self.secrets:
+            # Both sides send their nonce at once (one round trip saved).
+            self.auth = _Handshake(self.peer is not None,
+                                   _secrets.token_bytes(AUTH_NONCE_SIZE))
+            transport.write(encode_auth(AuthMessage(AUTH_HELLO, nonce=self.auth.nonce)))
+            if self.peer is None:
+                self.auth_timer = self.bus._loop.call_later(
+                    self.bus.auth_timeout, self._auth_timeout)
+        elif self.ready is not None:
+            self.ready.set_result(True)
 
     def data_received(self, data: bytes) -> None:
         try:
             self.reader.feed(data)
+            while self.auth is not None:
+                step = self.reader.next_auth()
+                if step is None:
+                    return
+                self._authenticate(step)
             for msg in self.reader:
                 if self.peer is None and msg.sender != self.node_id:
                     # Inbound links are known by the sender id in the header.
@@ -77,14 +124,83 @@ class _Conn(asyncio.Protocol):
                 if self.closed:
                     return
         except BusProtocolError as exc:
-            log.warning("Bus protocol error from %s (node %s): %s; closing the link",
-                        self.link.peer_ip, self.node_id or "?", exc)
+            what = ("authentication failed" if self.auth is not None or self.secrets
+                    else "protocol error")
+            ip = self.link.peer_ip
+            self.bus._warn(f"{ip} {exc}", "Bus %s with %s (node %s, %s link): %s; closing the "
+                           "link", what, ip, self.node_id or "?",
+                           "outbound" if self.peer is not None else "inbound", exc)
             self.abort()
 
     def connection_lost(self, exc) -> None:
         self.closed = True
         self.transport = None
+        self.bus._conns.discard(self)
+        if self.auth_timer is not None:
+            self.auth_timer.cancel()
+        if self.ready is not None and not self.ready.done():
+            self.ready.set_result(False)
+        if isinstance(exc, ssl.SSLError):
+            # TLS 1.3: a peer refusing our certificate says so after our side
+            # of the handshake is done.
+            ip = self.link.peer_ip
+            self.bus._warn(f"{ip} {exc}", "Bus TLS error with %s: %s", ip, exc)
         self.bus._conn_lost(self)
+
+    # -- authentication (cluster-auth-pass; the format is protocol/bus.py's) -----------
+
+    def _authenticate(self, msg: AuthMessage) -> None:
+        """One handshake step; raises BusProtocolError when the peer fails."""
+        st = self.auth
+        if msg.kind == AUTH_HELLO and st.peer_nonce is None:
+            st.peer_nonce = msg.nonce
+            if st.dialer:
+                self.transport.write(encode_auth(AuthMessage(AUTH_PROOF, macs=tuple(
+                    auth_proof(k, "dialer", st.nonce, msg.nonce) for k in self.secrets))))
+            return
+        if msg.kind == AUTH_PROOF and not st.dialer and st.peer_nonce is not None:
+            nonce_d, nonce_l = st.peer_nonce, st.nonce
+            for secret in self.secrets:          # ours in preference order
+                expected = auth_proof(secret, "dialer", nonce_d, nonce_l)
+                for index, mac in enumerate(msg.macs):
+                    if hmac.compare_digest(mac, expected):
+                        self.transport.write(encode_auth(AuthMessage(
+                            AUTH_ACCEPT, index=index,
+                            mac=auth_proof(secret, "listener", nonce_d, nonce_l))))
+                        self._authenticated(secret, nonce_d, nonce_l)
+                        return
+            raise BusProtocolError("the peer proved no cluster-auth-pass of this node")
+        if msg.kind == AUTH_ACCEPT and st.dialer and st.peer_nonce is not None:
+            secret = self.secrets[msg.index] if msg.index < len(self.secrets) else None
+            if secret is None or not hmac.compare_digest(
+                    msg.mac, auth_proof(secret, "listener", st.nonce, st.peer_nonce)):
+                raise BusProtocolError("the peer proved no cluster-auth-pass of this node")
+            self._authenticated(secret, st.nonce, st.peer_nonce)
+            return
+        raise BusProtocolError(f"unexpected bus authentication step {msg.kind!r}")
+
+    def _authenticated(self, secret: str, nonce_d: bytes, nonce_l: bytes) -> None:
+        if secret not in self.bus.secrets:
+            raise BusProtocolError("cluster-auth-pass changed during the handshake")
+        to_listener, to_dialer = session_keys(secret, nonce_d, nonce_l)
+        dialer = self.auth.dialer
+        self.signer = FrameSigner(to_listener if dialer else to_dialer)
+        self.reader.authenticate(to_dialer if dialer else to_listener)
+        self.secret = secret
+        self.auth = None
+        if self.auth_timer is not None:
+            self.auth_timer.cancel()
+            self.auth_timer = None
+        if self.ready is not None and not self.ready.done():
+            self.ready.set_result(True)
+
+    def _auth_timeout(self) -> None:
+        self.auth_timer = None
+        if self.auth is not None and not self.closed:
+            ip = self.link.peer_ip
+            self.bus._warn(f"{ip} timeout", "Bus authentication failed with %s: no handshake "
+                           "within %.0f s; closing the link", ip, self.bus.auth_timeout)
+            self.abort()
 
     # -- writing -----------------------------------------------------------------------
 
@@ -93,6 +209,8 @@ class _Conn(asyncio.Protocol):
             return
         self.pending.append(frame)
         self.pending_bytes += len(frame)
+        if self.signer is not None:
+            self.pending.append(self.signer.tag(frame))
         if not self.flush_scheduled:
             self.flush_scheduled = True
             corked = self.bus._corked
@@ -117,6 +235,17 @@ class _Conn(asyncio.Protocol):
     def abort(self) -> None:
         if self.transport is not None and not self.closed:
             self.transport.abort()
+
+
+class _Handshake:
+    """A link's authentication while it runs (see _Conn._authenticate)."""
+
+    __slots__ = ("dialer", "nonce", "peer_nonce")
+
+    def __init__(self, dialer: bool, nonce: bytes) -> None:
+        self.dialer = dialer
+        self.nonce = nonce
+        self.peer_nonce: bytes | None = None
 
 
 class _Peer:
@@ -144,7 +273,9 @@ class ClusterBus:
 
     ``on_message(link, msg)`` is called for every decoded message (on the loop);
     ``on_link_up(node_id)`` / ``on_link_down(node_id)`` when an outbound link
-    connects / fails or closes.
+    connects / fails or closes. ``ssl_server``/``ssl_client``: TLS contexts of
+    both sides of a link (tls-cluster), ``secrets``: cluster-auth-pass and a
+    previous one being rotated out (empty: no authentication).
     """
 
     def __init__(self, on_message: Callable[[Link, BusMessage], None], *,
@@ -154,7 +285,10 @@ class ClusterBus:
                  max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
                  connect_timeout: float = 2.0, backoff_min: float = 0.1,
                  backoff_max: float = 1.0, max_backlog_bytes: int = 32 << 20,
-                 max_write_buffer: int = 256 << 20, idle_timeout: float = 60.0) -> None:
+                 max_write_buffer: int = 256 << 20, idle_timeout: float = 60.0,
+                 ssl_server: ssl.SSLContext | None = None,
+                 ssl_client: ssl.SSLContext | None = None,
+                 secrets: list[str] = (), auth_timeout: float = 5.0) -> None:
         self.on_message = on_message
         self.on_link_up = on_link_up
         self.on_link_down = on_link_down
@@ -176,13 +310,27 @@ class ClusterBus:
         self._closing = False
         self._jitter = random.Random()   # shell only: backoff jitter
         self._corked: list[_Conn] | None = None
+        self.ssl_server = ssl_server
+        self.ssl_client = ssl_client
+        self.secrets = list(secrets)
+        self.auth_timeout = auth_timeout
+        self._servers: list = []          # one per listening socket
+        self._conns: set[_Conn] = set()   # every open connection, both directions
+        # Bumped by configure: a connection set up under older TLS contexts or
+        # secrets is dropped when it opens (it reconnects under the new ones).
+        self.generation = 0
+        self._relisten: asyncio.Lock | None = None
+        self._warned: dict[str, float] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._relisten = asyncio.Lock()
         self._server = await self._loop.create_server(
-            lambda: _Conn(self, None), self.host, self.port, reuse_address=True)
+            lambda: _Conn(self, None), self.host, self.port, reuse_address=True,
+            ssl=self.ssl_server)
+        self._servers = [self._server]
         if not self.port:
             self.port = self._server.sockets[0].getsockname()[1]
         self._housekeeping = self._loop.call_later(1.0, self._housekeep)
@@ -191,14 +339,49 @@ class ClusterBus:
         self._closing = True
         if self._housekeeping is not None:
             self._housekeeping.cancel()
-        if self._server is not None:
-            self._server.close()
+        listeners.close(self._servers)
         for peer in list(self._peers.values()):
             self._forget_peer(peer)
         for conn in list(self._inbound_conns):
             conn.abort()
-        if self._server is not None:
-            await self._server.wait_closed()
+        for srv in self._servers:
+            await srv.wait_closed()
+
+    def configure(self, ssl_server: ssl.SSLContext | None, ssl_client: ssl.SSLContext | None,
+                  secrets: list[str]) -> None:
+        """New TLS contexts and/or secrets, at run time. Turning TLS or
+        authentication on or off re-opens every link (the peers must agree);
+        new certificates apply to new links; a rotation closes only the links
+        that proved a secret no longer accepted (they reconnect with the new
+        one)."""
+        mode_changed = ((ssl_server is None) != (self.ssl_server is None)
+                        or bool(secrets) != bool(self.secrets))
+        tls_changed = ssl_server is not self.ssl_server
+        self.ssl_server, self.ssl_client, self.secrets = ssl_server, ssl_client, list(secrets)
+        self.generation += 1
+        if tls_changed and self._servers:
+            self._loop.create_task(self._serve_again())
+        for conn in list(self._conns):
+            if mode_changed or conn.auth is not None or (
+                    conn.secret is not None and conn.secret not in self.secrets):
+                conn.abort()
+
+    async def _serve_again(self) -> None:
+        async with self._relisten:       # in the order asked: the last context wins
+            if not self._closing:
+                self._servers = await listeners.reserve(
+                    self._servers, lambda: _Conn(self, None), self.ssl_server)
+
+    def _warn(self, key: str, fmt: str, *args) -> None:
+        """A warning, at most once per 10 s per ``key`` (peer address and
+        reason: a misconfigured peer retries every second); the repeats go to
+        the debug level."""
+        now = self._loop.time()
+        if now - self._warned.get(key, -1e9) >= 10.0:
+            self._warned[key] = now
+            log.warning(fmt, *args)
+        else:
+            log.debug(fmt, *args)
 
     # -- sending -----------------------------------------------------------------------
 
@@ -271,21 +454,42 @@ class ClusterBus:
 
     async def _connect(self, peer: _Peer) -> None:
         ip, port = peer.addr
+        conn = None
         try:
             _, conn = await asyncio.wait_for(
-                self._loop.create_connection(lambda: _Conn(self, peer), ip, port),
+                self._loop.create_connection(lambda: _Conn(self, peer), ip, port,
+                                             ssl=self.ssl_client),
                 self.connect_timeout)
+            # TLS is done; authentication (if any) before the link is usable.
+            if not await asyncio.wait_for(conn.ready, self.auth_timeout):
+                raise ConnectionError("the link closed before it was authenticated")
         except (OSError, asyncio.TimeoutError) as exc:
             peer.dialing = None
-            log.debug("Bus connect to %s %s:%d failed: %s", peer.node_id[:8], ip, port, exc)
+            if conn is not None:
+                conn.abort()
+                if conn.auth is not None and isinstance(exc, asyncio.TimeoutError):
+                    self._warn(f"{ip} timeout", "Bus authentication failed with %s:%d: no "
+                               "handshake within %.0f s; closing the link", ip, port,
+                               self.auth_timeout)
+            elif isinstance(exc, ssl.SSLError):
+                self._warn(f"{ip} {exc}", "Bus TLS handshake with %s:%d failed: %s", ip, port,
+                           exc)
+            else:
+                log.debug("Bus connect to %s %s:%d failed: %s", peer.node_id[:8], ip, port,
+                          exc)
             self._link_failed(peer)
             return
         except asyncio.CancelledError:
             peer.dialing = None
+            if conn is not None:
+                conn.abort()
             raise
         peer.dialing = None
         if peer.closed or self._closing:
             conn.abort()
+            return
+        if conn.closed:             # lost between its handshake and now
+            self._link_failed(peer)
             return
         peer.conn = conn
         peer.backoff = self.backoff_min

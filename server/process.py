@@ -21,18 +21,21 @@ import signal
 import sys
 import time
 
-from broker.commands import COMMANDS
+from broker.commands import COMMANDS, renamed
 from broker.commands.connection import VERSION
 from broker.config import Config, ConfigError
 from broker.dispatch import CommandError
 from broker.node import Host, Node
 from cluster.cluster import Cluster, announced_address
 from cluster.membership import Membership
+from server import listeners
 from server.aof import AOFLoadError, AppendOnlyFile
 from server.bus import ClusterBus
 from server.driver import OutputDriver
 from server.http import HttpServer
 from server.resp import ClientConnection
+from server.seeds import Seeder
+from server.tls import TLSConfigError, build_contexts, tls_wanted
 
 log = logging.getLogger("server")
 
@@ -117,7 +120,7 @@ class Server:
         rng = random.Random(int.from_bytes(os.urandom(16), "big"))
         membership = load_membership(config, rng)
         self.node = Node(config, wall_ms, rng, self.host, node_id=membership.node_id,
-                         perf_ns=time.perf_counter_ns, commands=COMMANDS)
+                         perf_ns=time.perf_counter_ns, commands=command_table(config))
         self.cluster = Cluster(self.node, membership)
         self.aof: AppendOnlyFile | None = None
         self.driver = OutputDriver(
@@ -126,6 +129,14 @@ class Server:
         self.bus = None
         self.listeners = []
         self.http = None            # the HTTP shell (ext), when http-port is set
+        # TLS (server/tls.py): the contexts, the client TLS listeners (one
+        # server per socket, re-served when the contexts change, in order).
+        self.tls = build_contexts(config) if tls_wanted(config) else None
+        self.tls_listeners: list = []
+        self.tls_port_open = 0
+        self.tls_port_changes = 0
+        self._tls_relisten = asyncio.Lock()
+        self.seeder = Seeder(self)
         self.timer = None
         self.stopped = asyncio.Event()
         self.shutdown_mode = None
@@ -188,14 +199,18 @@ class Server:
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
+        bus_tls = self.tls if cfg.tls_cluster else None
         self.bus = ClusterBus(self.on_bus_message, host=cfg.bind or ["127.0.0.1"],
                               port=cfg.effective_bus_port, on_link_up=self.on_link_up,
                               on_link_down=self.on_link_down,
-                              max_frame_size=cfg.proto_max_bulk_len + (1 << 20))
+                              max_frame_size=cfg.proto_max_bulk_len + (1 << 20),
+                              ssl_server=bus_tls and bus_tls.bus_server,
+                              ssl_client=bus_tls and bus_tls.bus_client,
+                              secrets=cfg.cluster_secrets())
         await self.bus.start()
         self.driver.bus = self.bus
         save_nodes_conf(cfg, self.cluster.m.to_nodes_conf())
-        for addr in cfg.bind or ["127.0.0.1"]:
+        for addr in (cfg.bind or ["127.0.0.1"]) if cfg.port else ():    # port 0: no plaintext
             srv = await self.loop.create_server(
                 lambda: ClientConnection(self), host=addr, port=cfg.port,
                 backlog=cfg.tcp_backlog, reuse_address=True)
@@ -204,7 +219,17 @@ class Server:
             self.http = HttpServer(self.node, self.driver, aof=lambda: self.aof)
             await self.http.start(cfg.http_bind.split() or cfg.bind or ["127.0.0.1"],
                                   cfg.http_port, backlog=cfg.tcp_backlog)
-        log.info("Ready to accept connections on port %d", cfg.port)
+        if cfg.tls_port:
+            self.tls_listeners = await listeners.serve(
+                lambda: ClientConnection(self),
+                listeners.bind(cfg.bind or ["127.0.0.1"], cfg.tls_port, cfg.tcp_backlog),
+                self.tls.clients)
+            self.tls_port_open = cfg.tls_port
+        if cfg.port:
+            log.info("Ready to accept connections on port %d", cfg.port)
+        if cfg.tls_port:
+            log.info("Ready to accept TLS connections on port %d", cfg.tls_port)
+        self.seeder.start()
         if cfg.appendonly:
             # Loaded in chunks while clients get -LOADING (SPEC: PING within 1 s).
             self.load_task = self.loop.create_task(self.load_aof())
@@ -223,7 +248,8 @@ class Server:
 
     async def stop(self) -> None:
         log.warning("User requested shutdown...")
-        for srv in self.listeners:
+        self.seeder.stop()
+        for srv in self.listeners + self.tls_listeners:
             srv.close()
         if self.load_task is not None and not self.load_task.done():
             self.load_task.cancel()
@@ -251,7 +277,7 @@ class Server:
             self.flush()
             self.aof.shutdown("default")
         remove_pidfile(self.config)
-        for srv in self.listeners:
+        for srv in self.listeners + self.tls_listeners:
             srv.close()
         os.execv(sys.executable, [sys.executable, "-m", "broker", *self.argv])
 
@@ -312,6 +338,72 @@ class Server:
             for client in list(node.clients.values()):
                 if client.conn is not None and not client.conn.closed:
                     client.conn.apply_output_limits()
+        elif name.startswith("tls-"):
+            self.reconfigure_tls(name)
+        elif name.startswith("cluster-auth-pass") and self.bus is not None:
+            tls = self.tls if self.config.tls_cluster else None
+            self.bus.configure(tls and tls.bus_server, tls and tls.bus_client,
+                               self.config.cluster_secrets())
+
+    # -- TLS at run time ----------------------------------------------------
+    def reconfigure_tls(self, name: str) -> None:
+        """A tls-* directive changed: new contexts (refused, as Redis does, if
+        they cannot be built), then the client TLS listeners and the bus take
+        them; established connections are kept."""
+        cfg = self.config
+        try:
+            tls = build_contexts(cfg) if tls_wanted(cfg) else None
+        except TLSConfigError as e:
+            log.warning("%s", e)
+            raise ConfigError(f"CONFIG SET failed (possibly related to argument '{name}') - "
+                              f"Unable to update TLS configuration. Check server logs. "
+                              f"({e})") from None
+        socks = []
+        if cfg.tls_port != self.tls_port_open:
+            try:
+                socks = listeners.bind(cfg.bind or ["127.0.0.1"], cfg.tls_port,
+                                       cfg.tcp_backlog) if cfg.tls_port else []
+            except OSError as e:
+                log.warning("Could not listen on TLS port %d: %s", cfg.tls_port, e)
+                raise ConfigError(f"CONFIG SET failed (possibly related to argument "
+                                  f"'{name}') - Unable to listen on this port. Check "
+                                  f"server logs. ({e.strerror or e})") from None
+            listeners.close(self.tls_listeners)      # the old port stops now
+            self.tls_listeners = []
+            self.tls_port_open = cfg.tls_port
+            self.tls_port_changes += 1
+        self.tls = tls
+        if socks or (self.tls_listeners and tls is not None):
+            self.loop.create_task(self.serve_tls(socks, tls.clients, self.tls_port_changes))
+        if self.bus is not None:
+            bus_tls = tls if cfg.tls_cluster else None
+            self.bus.configure(bus_tls and bus_tls.bus_server, bus_tls and bus_tls.bus_client,
+                               cfg.cluster_secrets())
+
+    async def serve_tls(self, socks, ctx, port_changes: int) -> None:
+        """Serve the sockets of a new tls-port, or (``socks`` empty) the current
+        ones with a new context; in the order the changes came, unless the port
+        changed again since."""
+        async with self._tls_relisten:
+            if port_changes != self.tls_port_changes:
+                for sock in socks:
+                    sock.close()
+            elif socks:
+                self.tls_listeners = await listeners.serve(
+                    lambda: ClientConnection(self), socks, ctx)
+            elif self.tls_listeners:
+                self.tls_listeners = await listeners.reserve(
+                    self.tls_listeners, lambda: ClientConnection(self), ctx)
+
+
+def command_table(config: Config) -> dict:
+    """The command table with the config's rename-command lines applied;
+    ConfigError (Redis' fatal config error) for a line it refuses."""
+    try:
+        return renamed(COMMANDS, config.rename_commands)
+    except ValueError as e:
+        reason, line = e.args
+        raise config.rename_error(line, reason) from None
 
 
 # ----------------------------------------------------------------- nodes.conf
@@ -420,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         config = Config.from_argv(argv, os.getcwd())
+        command_table(config)
     except ConfigError as e:
         print(str(e), file=sys.stderr)
         return 1
@@ -441,7 +534,13 @@ def main(argv: list[str] | None = None) -> int:
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     log.info("Disquette starting, pid=%d", os.getpid())
-    server = Server(config, argv)
+    try:
+        server = Server(config, argv)
+    except TLSConfigError as e:
+        log.warning("Failed to configure TLS. Check logs for more info. %s", e)
+        remove_pidfile(config)
+        loop.close()
+        return 1
     try:
         loop.run_until_complete(server.run())
     except OSError as e:

@@ -17,6 +17,42 @@ from protocol.resp import Error, ProtocolError, Reader, encode, get_encoder
 
 log = logging.getLogger("server.resp")
 
+# protected-mode: Redis' reply, word for word (networking.c), so that operators
+# and tools recognise it.
+DENIED = (
+    b"-DENIED Redis is running in protected mode because protected "
+    b"mode is enabled and no password is set for the default user. "
+    b"In this mode connections are only accepted from the loopback interface. "
+    b"If you want to connect from external computers to Redis you "
+    b"may adopt one of the following solutions: "
+    b"1) Just disable protected mode sending the command "
+    b"'CONFIG SET protected-mode no' from the loopback interface "
+    b"by connecting to Redis from the same host the server is "
+    b"running, however MAKE SURE Redis is not publicly accessible "
+    b"from internet if you do so. Use CONFIG REWRITE to make this "
+    b"change permanent. "
+    b"2) Alternatively you can just disable the protected mode by "
+    b"editing the Redis configuration file, and setting the protected "
+    b"mode option to 'no', and then restarting the server. "
+    b"3) If you started the server manually just for testing, restart "
+    b"it with the '--protected-mode no' option. "
+    b"4) Set up an authentication password for the default user. "
+    b"NOTE: You only need to do one of the above things in order for "
+    b"the server to start accepting connections from the outside.\r\n")
+
+
+# How long a refused client may keep its connection open after our reply.
+REFUSED_LINGER = 2.0
+
+
+def is_local(peer) -> bool:
+    """Redis' connIsLocal: a 127.* or ::1 peer (or a Unix socket, no address);
+    an IPv4 loopback seen through an IPv6 socket counts too."""
+    if not isinstance(peer, tuple) or not peer:
+        return True
+    ip = peer[0]
+    return ip.startswith(("127.", "::ffff:127.")) or ip == "::1"
+
 
 class ClientConnection(asyncio.Protocol):
     """One client socket. Replies are written in batches, one write per read."""
@@ -40,20 +76,35 @@ class ClientConnection(asyncio.Protocol):
         node = self.node
         peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("sockname")
-        if len(node.clients) >= node.config.maxclients:
-            node.stats["rejected_connections"] += 1
-            transport.write(b"-ERR max number of clients reached\r\n")
-            transport.close()
-            self.closed = True
+        cfg = node.config
+        if len(node.clients) >= cfg.maxclients:
+            self.refuse(b"-ERR max number of clients reached\r\n")
+            return
+        if cfg.protected_mode and not cfg.requirepass and not is_local(peer):
+            self.refuse(DENIED)
             return
         sock_obj = transport.get_extra_info("socket")
         self.client = node.new_client(_fmt_addr(peer), _fmt_addr(sock),
                                       sock_obj.fileno() if sock_obj is not None else -1)
         self.client.conn = self
-        cfg = node.config
         self.reader = Reader(max_bulk_len=cfg.proto_max_bulk_len,
                              max_query_buffer=cfg.client_query_buffer_limit)
         self.apply_output_limits()
+
+    def refuse(self, reply: bytes) -> None:
+        """Send ``reply`` and hang up, before anything is read. The reply is
+        followed by our FIN while what the client sends meanwhile is read and
+        dropped: closing with unread input would make the kernel send a reset,
+        which can destroy the reply before the client reads it."""
+        self.node.stats["rejected_connections"] += 1
+        self.closed = True          # data_received ignores what comes
+        t = self.transport
+        t.write(reply)
+        if t.can_write_eof():
+            t.write_eof()
+            self.server.loop.call_later(REFUSED_LINGER, t.close)
+        else:
+            t.close()
 
     # -- client-output-buffer-limit (class "normal"), on asyncio's flow control:
     # the transport calls pause_writing() once its buffer passes the high-water

@@ -35,6 +35,23 @@ def command(name: str, arity: int, flags: int = 0):
     return register
 
 
+def renamed(table: dict[bytes, Command], renames) -> dict[bytes, Command]:
+    """A copy of the command table with the ``rename-command old new`` edits
+    applied in order (new "" removes the command), as Redis applies them;
+    ValueError(Redis' text, the line) for a line the table refuses."""
+    table = dict(table)
+    for r in renames:
+        cmd = table.pop(r.old.lower().encode("utf-8", "surrogateescape"), None)
+        if cmd is None:
+            raise ValueError("No such command in rename-command", r)
+        if r.new:
+            new = r.new.lower().encode("utf-8", "surrogateescape")
+            if new in table:
+                raise ValueError("Target command name already exists", r)
+            table[new] = cmd
+    return table
+
+
 SYNTAX_ERROR = "ERR syntax error"
 
 

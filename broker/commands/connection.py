@@ -22,7 +22,7 @@ def advertised_address(node) -> tuple[str, int]:
     ip = cfg.cluster_announce_ip or (cfg.bind[0] if cfg.bind else "127.0.0.1")
     if ip in ("0.0.0.0", "::", "*"):
         ip = "127.0.0.1"
-    return ip, cfg.cluster_announce_port or cfg.port
+    return ip, cfg.cluster_announce_port or cfg.client_port
 
 
 def _check_password(node, client, user: bytes, password: bytes):

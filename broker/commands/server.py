@@ -9,7 +9,7 @@ import sys
 
 from broker import lifecycle
 from broker.commands import (
-    COMMANDS, F_ADMIN, F_LOADING, F_NOAUTH, FLAG_NAMES, SYNTAX_ERROR, CommandError,
+    F_ADMIN, F_LOADING, F_NOAUTH, FLAG_NAMES, SYNTAX_ERROR, CommandError,
     command, parse_int,
 )
 from broker.commands.connection import VERSION
@@ -163,9 +163,8 @@ def config(node, client, argv):
         return Map(zip(out[::2], out[1::2])) if client.proto == 3 else out
     if sub == b"set" and len(argv) >= 4 and len(argv) % 2 == 0:
         try:
-            for i in range(2, len(argv), 2):
-                name = argv[i].decode("latin-1")     # errors quote it as given
-                cfg.set(name, argv[i + 1].decode("latin-1"))
+            cfg.set_many([(argv[i].decode("latin-1"),     # errors quote it as given
+                           argv[i + 1].decode("latin-1")) for i in range(2, len(argv), 2)])
         except ConfigError as e:
             msg = str(e)
             return Error(msg if msg.startswith("ERR") else "ERR " + msg)
@@ -218,35 +217,36 @@ def debug(node, client, argv):
 
 
 # --------------------------------------------------------------------- COMMAND
-def _command_info(cmd) -> list:
+def _command_info(name: bytes, cmd) -> list:
     flags = [Status(n.decode()) for f, n in FLAG_NAMES.items() if cmd.flags & f]
-    return [cmd.name, cmd.arity, flags, 0, 0, 0, [], [], [], []]
+    return [name, cmd.arity, flags, 0, 0, 0, [], [], [], []]
 
 
 @command("command", -1, F_LOADING)
 def command_cmd(node, client, argv):
     """COMMAND | COMMAND COUNT | COMMAND INFO name ... | COMMAND DOCS [name ...]"""
+    table = node.commands       # this node's names (rename-command applied)
     if len(argv) == 1:
-        return [_command_info(c) for c in COMMANDS.values()]
+        return [_command_info(n, c) for n, c in table.items()]
     sub = argv[1].lower()
     if sub == b"count" and len(argv) == 2:
-        return len(COMMANDS)
+        return len(table)
     if sub == b"info":
-        names = argv[2:] or list(COMMANDS)
-        return [_command_info(COMMANDS[n.lower()]) if n.lower() in COMMANDS else None
+        names = argv[2:] or list(table)
+        return [_command_info(n.lower(), table[n.lower()]) if n.lower() in table else None
                 for n in names]
     if sub == b"docs":
-        names = [n.lower() for n in argv[2:]] or list(COMMANDS)
+        names = [n.lower() for n in argv[2:]] or list(table)
         docs = {}
         for n in names:
-            cmd = COMMANDS.get(n)
+            cmd = table.get(n)
             if cmd is not None:
-                syntax = cmd.doc.splitlines()[0] if cmd.doc else cmd.name.decode().upper()
-                docs[cmd.name] = Map({b"summary": syntax.encode(), b"since": b"1.0.0",
-                                      b"group": b"generic"})
+                syntax = cmd.doc.splitlines()[0] if cmd.doc else n.decode().upper()
+                docs[n] = Map({b"summary": syntax.encode(), b"since": b"1.0.0",
+                               b"group": b"generic"})
         return Map(docs)
     if sub == b"list":
-        return list(COMMANDS)
+        return list(table)
     raise CommandError(f"ERR unknown subcommand '{argv[1].decode('latin-1')}'. "
                        "Try COMMAND HELP.")
 

@@ -28,6 +28,16 @@ DISQUETTE_APPENDFSYNC appendfsync
 DISQUETTE_MAXMEMORY maxmemory
 DISQUETTE_LOGLEVEL loglevel
 DISQUETTE_REQUIREPASS requirepass
+DISQUETTE_PROTECTED_MODE protected-mode
+DISQUETTE_CLUSTER_AUTH_PASS cluster-auth-pass
+DISQUETTE_TLS_PORT tls-port
+DISQUETTE_TLS_CERT_FILE tls-cert-file
+DISQUETTE_TLS_KEY_FILE tls-key-file
+DISQUETTE_TLS_KEY_FILE_PASS tls-key-file-pass
+DISQUETTE_TLS_CA_CERT_FILE tls-ca-cert-file
+DISQUETTE_TLS_CA_CERT_DIR tls-ca-cert-dir
+DISQUETTE_TLS_AUTH_CLIENTS tls-auth-clients
+DISQUETTE_TLS_CLUSTER tls-cluster
 '
 
 # A first argument that is neither an option nor a config file is a command

@@ -15,7 +15,6 @@ from typing import Any, Mapping, Sequence
 
 import pytest
 
-from broker.config import DIRECTIVES
 from tests.harness import REPO_ROOT, NodeProcess, in_ci
 
 DEPLOY = REPO_ROOT / "deploy"
@@ -26,12 +25,6 @@ COMPOSE = DEPLOY / "docker" / "compose.yaml"
 K8S = DEPLOY / "k8s"
 UNIT = DEPLOY / "systemd" / "disquette@.service"
 VENV_BIN = Path(sys.executable).parent
-
-# Directives the deploy files are written for that the server does not know yet
-# (issue 13). A config check leaves their lines out only while the server does
-# not know them; any other unknown directive fails it.
-PENDING_DIRECTIVES = {"cluster-seeds"}
-
 
 def tool(name: str, why: str = "run `make deps`") -> str:
     """Path of a command-line tool (the venv's bin first, then PATH). Missing:
@@ -93,21 +86,6 @@ def conf_directives(text: str) -> list[list[str]]:
             args = split_args(line)
             out.append([args[0].lower(), *args[1:]])
     return out
-
-
-def runnable_conf(text: str) -> str:
-    """``text`` without the lines of PENDING_DIRECTIVES the server does not
-    know yet; fails on any other unknown directive."""
-    kept = []
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped and not stripped.startswith("#"):
-            name = stripped.split()[0].lower()
-            if name not in DIRECTIVES:
-                assert name in PENDING_DIRECTIVES, f"unknown directive {name!r} in {line!r}"
-                continue
-        kept.append(line)
-    return "\n".join(kept) + "\n"
 
 
 # ---------------------------------------------------------------------------

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from broker.config import DIRECTIVES
-from tests.deploy.deploy_kit import ENTRYPOINT, VENV_BIN, EntrypointNode, run
+from tests.deploy.deploy_kit import ENTRYPOINT, VENV_BIN, EntrypointNode, ctl, run
 from tests.harness import RawConn, _pid_listens_on, cluster_info, free_port, join, wait_until
+from tests.security.certs import CA
+from tests.security.security_kit import client_context, tls_call
 
 
 @pytest.fixture
@@ -49,8 +50,7 @@ def test_three_nodes_started_by_the_entrypoint_form_a_cluster(start):
         assert config_get(n, "appendonly") == "yes"
         assert config_get(n, "dir") == str(n.dir)
         assert config_get(n, "cluster-announce-ip") == "127.0.0.1"
-    # TODO(issue 13): once cluster-seeds exists, test_nodes_join_through_seeds
-    # covers the image's way; until then the nodes are joined by CLUSTER MEET.
+    # (test_nodes_join_through_seeds joins nodes the image's way.)
     join(nodes)
 
     c = nodes[0].client()
@@ -66,8 +66,6 @@ def test_three_nodes_started_by_the_entrypoint_form_a_cluster(start):
         assert (n.dir / "disque.aof").exists()
 
 
-@pytest.mark.skipif("cluster-seeds" not in DIRECTIVES,
-                    reason="cluster-seeds (issue 13) is not implemented yet")
 def test_nodes_join_through_seeds(start):
     ports = [free_port() for _ in range(3)]
     seeds = ",".join(f"127.0.0.1:{p}" for p in ports)
@@ -128,3 +126,27 @@ def test_a_bad_option_stops_the_node_with_the_servers_message(start):
     with pytest.raises(Exception) as err:
         n.start()
     assert "--appendonly" in str(err.value) and "maybe" in str(err.value)
+
+
+def test_security_variables_and_the_probes_over_tls(start, tmp_path):
+    ca = CA(tmp_path / "pki")
+    cert = ca.issue("node")
+    tls_port = free_port()
+    tls_env = {"DISQUETTE_TLS_CERT_FILE": str(cert.cert), "DISQUETTE_TLS_KEY_FILE": str(cert.key),
+               "DISQUETTE_TLS_CA_CERT_FILE": str(ca.cert_file)}
+    n = start({**tls_env, "DISQUETTE_TLS_PORT": str(tls_port), "DISQUETTE_TLS_CLUSTER": "yes",
+               "DISQUETTE_TLS_AUTH_CLIENTS": "optional", "DISQUETTE_CLUSTER_AUTH_PASS": "bus pw"})
+    config = n.client().config_get("*")
+    assert (config["tls-port"], config["tls-cluster"], config["tls-auth-clients"],
+            config["cluster-auth-pass"]) == (str(tls_port), "yes", "optional", "bus pw")
+    # The image turns protected-mode off (it listens on every interface by design).
+    assert config["protected-mode"] == "no"
+    assert tls_call(tls_port, client_context(None, None, ca=ca), "PING") == b"+PONG\r\n"
+    # The probes and hooks speak TLS when plaintext is off (DISQUETTE_PORT=0),
+    # with the node's own certificate.
+    env = {**tls_env, "DISQUETTE_TLS_PORT": str(tls_port)}
+    for verb in ("ready", "alive", "drain", "rejoin"):
+        res = ctl(verb, port=0, env=env)
+        assert res.returncode == 0, (verb, res.stdout, res.stderr)
+    assert ctl("ready", port=0, env={**env, "DISQUETTE_TLS_PORT": str(n.port)}).returncode == 1
+    assert ctl("ready", port=0, env={}).returncode == 2

@@ -106,7 +106,7 @@ def set_error(name: str, value: str) -> ConfigError:
 def test_every_directive_is_a_typed_attribute():
     # Config's annotations are what type checkers and readers see; they must
     # not drift from the table that drives parsing.
-    extra = {"config_file", "watchers"}
+    extra = {"config_file", "watchers", "rename_commands"}
     annotated = set(Config.__annotations__) - extra
     assert annotated == {d.attr for d in DIRECTIVES.values()}
 
@@ -442,9 +442,11 @@ def test_get_patterns():
     assert [n for n, _ in c.get("*aof*")] == [
         "auto-aof-rewrite-percentage", "auto-aof-rewrite-min-size", "aof-load-truncated",
         "aof-enqueue-jobs-once", "aof-rewrite-incremental-fsync"]
-    assert [n for n, _ in c.get("[pt]*")] == ["pidfile", "port", "tcp-backlog",
-                                               "timeout", "tcp-keepalive",
-                                               "proto-max-bulk-len"]
+    assert [n for n, _ in c.get("[pt]*")] == [
+        "pidfile", "port", "tcp-backlog", "timeout", "tcp-keepalive", "protected-mode",
+        "tls-port", "tls-cert-file", "tls-key-file", "tls-key-file-pass",
+        "tls-ca-cert-file", "tls-ca-cert-dir", "tls-auth-clients", "tls-protocols",
+        "tls-ciphers", "tls-ciphersuites", "tls-cluster", "proto-max-bulk-len"]
     assert [n for n, _ in c.get("cluster-announce-*port")] == [
         "cluster-announce-port", "cluster-announce-bus-port"]
     assert c.render("MaxMemory") == str(GB)
