@@ -41,8 +41,11 @@ BROKER ?= $(PY) -m broker
 RUN_DIR ?= run
 
 BENCH_ARGS ?=
+# `make chaos` runs every chaos scenario (chaos/scenarios.py) against a real
+# cluster behind the fault proxy; e.g. CHAOS_ARGS="--seed 42 --seconds 120".
+CHAOS_ARGS ?= --nodes 5 --seconds 60
 
-.PHONY: all venv deps pydisque-venv test run bench clean distclean
+.PHONY: all venv deps pydisque-venv test run bench chaos clean distclean
 
 all: venv
 
@@ -117,8 +120,11 @@ bench: deps venv
 	$(PY) bench/bench_sdk.py $(BENCH_ARGS)
 	$(PY) bench/bench_http.py $(BENCH_ARGS)
 
+chaos: venv
+	$(PY) -m chaos run --scenario all $(CHAOS_ARGS)
+
 clean:
-	rm -rf $(RUN_DIR) .pytest_cache .hypothesis build dist *.egg-info
+	rm -rf $(RUN_DIR) chaos-runs .pytest_cache .hypothesis build dist *.egg-info
 	find . -path ./$(VENV) -prune -o -path ./$(PD_VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean

@@ -529,6 +529,46 @@ class SeedList(Kind):
         return [(None, quote_arg(self.render(value)))]
 
 
+_ADDR = r"(?:\[([0-9A-Fa-f:.]+)\]|([^\s:@=\[\],]+)):([0-9]+)"
+_ROUTE_RE = re.compile(_ADDR + "=" + _ADDR)
+
+
+def _render_addr(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@dataclass(frozen=True)
+class RouteList(Kind):
+    """cluster-bus-route (ext): ``host:busport=host:port`` entries separated by
+    commas (or spaces). The bus dials the second address to reach the peer that
+    announces the first, e.g. a fault proxy per directed pair of nodes (the chaos
+    suite); what is announced stays the real address."""
+
+    nargs = "+"
+
+    def parse(self, text: str, current: Any) -> dict[tuple[str, int], tuple[str, int]]:
+        routes = {}
+        for item in re.split(r"[,\s]+", text.strip()):
+            if not item:
+                continue
+            m = _ROUTE_RE.fullmatch(item)
+            if m is None:
+                raise ValueError(f"invalid route '{item}': expected host:busport=host:port")
+            src, dst = (m.group(1) or m.group(2), int(m.group(3))), \
+                (m.group(4) or m.group(5), int(m.group(6)))
+            if not (0 < src[1] < 65536 and 0 < dst[1] < 65536):
+                raise ValueError(f"invalid route '{item}': port out of range")
+            routes[src] = dst
+        return routes
+
+    def render(self, value: dict[tuple[str, int], tuple[str, int]]) -> str:
+        return ",".join(f"{_render_addr(*src)}={_render_addr(*dst)}"
+                        for src, dst in value.items())
+
+    def file_lines(self, value: dict) -> list[RewriteLine]:
+        return [(None, quote_arg(self.render(value)))]
+
+
 # --------------------------------------------------------------------------
 # The table.
 
@@ -696,6 +736,9 @@ _TABLE: tuple[Directive, ...] = (
        "(ext) Client port advertised to other nodes; 0: port."),
     _d("cluster-announce-bus-port", _PORT, 0, True,
        "(ext) Bus port advertised to other nodes; 0: the bus port."),
+    _d("cluster-bus-route", RouteList(), {}, True,
+       "(ext) host:busport=host:port[,...]: reach the peer announcing the first "
+       "bus address by dialing the second (a proxy per link); empty: dial peers directly."),
     # -- HTTP (ext): REST API, /metrics, dashboard (server/http/)
     _d("http-port", _PORT, 0, False,
        "(ext) HTTP port of the REST API, /metrics and the dashboard; 0 (default): off."),
@@ -789,6 +832,7 @@ class Config:
     cluster_announce_ip: str
     cluster_announce_port: int
     cluster_announce_bus_port: int
+    cluster_bus_route: dict
     http_port: int
     http_bind: str
     slowlog_log_slower_than: int

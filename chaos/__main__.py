@@ -1,6 +1,10 @@
-"""``python -m chaos check HISTORY [--json PATH] [--html PATH] [--no-files]``
+"""``python -m chaos run [--scenario NAME|all] [--nodes 5] [--seconds 60] [--seed N]
+[--toxiproxy URL] [--out DIR]`` runs scenarios against real nodes (chaos/run.py)
+and exits 1 if any run lost a job, delivered an unexpected one or a RETRY 0 job
+twice.
 
-Re-checks a recorded run: prints the summary table, writes the JSON and HTML
+``python -m chaos check HISTORY [--json PATH] [--html PATH] [--no-files]``
+re-checks a recorded run: prints the summary table, writes the JSON and HTML
 reports (by default beside the history: ``<name>.report.json`` and
 ``<name>.report.html``) and exits 0 when the run is valid, 1 when something
 was lost, unexpected, or a RETRY 0 job was delivered twice, 2 when the history
@@ -16,6 +20,7 @@ from pathlib import Path
 from chaos.checker import check
 from chaos.history import HistoryError, read_history
 from chaos.report import summary_table, write_reports
+from chaos.scenarios import SCENARIOS
 
 
 def _report_path(history: Path, suffix: str) -> Path:
@@ -40,6 +45,26 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if result.valid else 1
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from chaos.run import run          # starts processes: imported only to run
+
+    names = list(SCENARIOS) if "all" in args.scenario else args.scenario
+    outcomes = run(names, nodes=args.nodes, seconds=args.seconds, seed=args.seed,
+                   out=Path(args.out), toxiproxy_url=args.toxiproxy, rate=args.rate,
+                   drain_timeout=args.drain_timeout)
+    width = max(len(o.scenario) for o in outcomes)
+    print("scenario".ljust(width), " verdict  acked adds  lost  unexpected  dup rate  "
+          "RETRY0 twice  uncollected")
+    for o in outcomes:
+        r = o.result
+        print(f"{o.scenario:<{width}}  {'ok' if o.valid else 'FAIL':<7}  {r.acknowledged:>10}  "
+              f"{r.lost:>4}  {r.unexpected:>10}  {r.duplicate_rate:>8.2%}  "
+              f"{r.retry0_redelivered:>12}  {r.uncollected:>11}")
+    print(f"replay: python -m chaos run --seed {outcomes[0].seed} --nodes {args.nodes} "
+          f"--seconds {args.seconds:g} --scenario NAME")
+    return 0 if all(o.valid for o in outcomes) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos",
                                      description="Disquette's chaos suite.")
@@ -50,7 +75,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--html", help="where to write the HTML report")
     p.add_argument("--no-files", action="store_true", help="only print the summary")
     p.set_defaults(run=cmd_check)
+    r = sub.add_parser("run", help="run scenarios against a real cluster and check them")
+    r.add_argument("--scenario", action="append", choices=[*SCENARIOS, "all"],
+                   help="a scenario (repeatable) or all (the default)")
+    r.add_argument("--nodes", type=int, default=5, help="cluster size (default 5)")
+    r.add_argument("--seconds", type=float, default=60.0,
+                   help="how long the workload runs under faults (default 60)")
+    r.add_argument("--seed", type=int, help="replay a run (default: a random seed, printed)")
+    r.add_argument("--toxiproxy", metavar="URL",
+                   help="a running Toxiproxy server to use instead of chaos.proxy")
+    r.add_argument("--out", default="chaos-runs", help="where runs write (default chaos-runs/)")
+    r.add_argument("--rate", type=float, default=40.0,
+                   help="adds per second of each producer (one per node; default 40)")
+    r.add_argument("--drain-timeout", type=float, default=60.0,
+                   help="seconds the final drain may take (default 60)")
+    r.set_defaults(run=cmd_run, scenario=None)
     args = parser.parse_args(argv)
+    if args.command == "run" and not args.scenario:
+        args.scenario = ["all"]
     return args.run(args)
 
 

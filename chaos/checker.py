@@ -6,7 +6,10 @@ Jepsen's figures (``jepsen.checker/total-queue``), keyed by the job's value
 recognised when delivered):
 
 - attempted: adds invoked; acknowledged: adds answered with an id;
-- lost: acknowledged, never delivered (not in the run, not in the drain);
+- lost: acknowledged, never delivered (not in the run, not in the drain); a
+  RETRY 0 job is at most once and may be lost when its only copy is (a node
+  crash, a YOURJOBS lost on the wire: SPEC §8), so it counts apart, as
+  retry0_undelivered, and does not fail the run;
 - unexpected: delivered, never added;
 - duplicated: delivered more than once (at-least-once allows it; the rate is
   duplicated / distinct values delivered);
@@ -97,6 +100,7 @@ class CheckResult:
     failed_then_delivered: int
     retry0_jobs: int
     retry0_redelivered: int
+    retry0_undelivered: int             # acknowledged RETRY 0 adds never delivered (allowed)
     acked_jobs: int
     uncollected: int                    # (node, acked job) pairs still held after healing
     uncollected_by_node: dict[str, int]
@@ -156,7 +160,9 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
             (acked_at if e["type"] == "ack" else nacked_at)[e["id"]].append(e["t"])
 
     ok_adds = [a for a in adds.values() if a.outcome == OK]
-    lost = [a.value for a in ok_adds if a.value not in delivered_of]
+    never = [a for a in ok_adds if a.value not in delivered_of]
+    lost = [a.value for a in never if a.retry != 0]
+    retry0_undelivered = [a.value for a in never if a.retry == 0]
     recovered = [a.value for a in adds.values() if a.outcome == INFO and a.value in delivered_of]
     failed_delivered = [a.value for a in adds.values()
                         if a.outcome == FAIL and a.value in delivered_of]
@@ -228,6 +234,7 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
         failed_then_delivered=len(failed_delivered),
         retry0_jobs=len(retry0),
         retry0_redelivered=len(retry0_twice),
+        retry0_undelivered=len(retry0_undelivered),
         acked_jobs=len(acked_ids),
         uncollected=uncollected,
         uncollected_by_node={n: len(v) for n, v in sorted(uncollected_by_node.items())},
@@ -240,6 +247,7 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
         examples={name: values[:EXAMPLES] for name, values in (
             ("lost", lost), ("unexpected", unexpected), ("duplicated", duplicated),
             ("recovered", recovered), ("retry0_redelivered", retry0_twice),
+            ("retry0_undelivered", retry0_undelivered),
             ("uncollected", sorted({i for v in uncollected_by_node.values() for i in v})),
             ("id_mismatches", id_mismatches)) if values},
     )

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +54,8 @@ class HistoryError(ValueError):
 
 
 class HistoryWriter:
-    """Appends events to ``path`` as they happen (each line flushed).
+    """Appends events to ``path`` as they happen (each line flushed); safe to
+    share between the workload's threads (op numbers and lines never mix).
 
     ``clock`` (monotonic seconds) is injected so crafted histories in tests
     carry the times they need."""
@@ -65,6 +67,7 @@ class HistoryWriter:
         self.t0 = clock()
         self._ops = 0
         self._faults = 0
+        self._lock = threading.RLock()
         self._file: IO[str] = open(self.path, "w", encoding="utf-8")
         started_at = started_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
         self._write({"type": "meta", "format": FORMAT, "version": VERSION,
@@ -76,16 +79,19 @@ class HistoryWriter:
         return event
 
     def event(self, type: str, **fields: Any) -> dict[str, Any]:
-        return self._write({"t": round(self.clock() - self.t0, 6), "type": type, **fields})
+        with self._lock:
+            return self._write({"t": round(self.clock() - self.t0, 6), "type": type, **fields})
 
     # -- adds ----------------------------------------------------------------
     def add_invoked(self, *, node: str, queue: str, value: str, replicate: int | None = None,
                     retry: float | None = None, client: str | None = None) -> int:
         """Record an ADDJOB about to be sent; returns the op number."""
-        self._ops += 1
-        self.event("add", phase=INVOKE, op=self._ops, node=node, queue=queue, value=value,
-                   replicate=replicate, retry=retry, client=client)
-        return self._ops
+        with self._lock:
+            self._ops += 1
+            op = self._ops
+            self.event("add", phase=INVOKE, op=op, node=node, queue=queue, value=value,
+                       replicate=replicate, retry=retry, client=client)
+        return op
 
     def add_ok(self, op: int, id: str) -> None:
         self.event("add", phase=OK, op=op, id=id)
@@ -117,9 +123,11 @@ class HistoryWriter:
 
     # -- faults and phases ---------------------------------------------------
     def fault_started(self, name: str, **detail: Any) -> int:
-        self._faults += 1
-        self.event("fault", phase=START, fault=self._faults, name=name, detail=detail)
-        return self._faults
+        with self._lock:
+            self._faults += 1
+            fault = self._faults
+            self.event("fault", phase=START, fault=fault, name=name, detail=detail)
+        return fault
 
     def fault_stopped(self, fault: int) -> None:
         self.event("fault", phase=STOP, fault=fault)
@@ -137,9 +145,10 @@ class HistoryWriter:
         self.event("leftover", node=node, jobs=jobs)
 
     def close(self) -> None:
-        if not self._file.closed:
-            self.event("end")
-            self._file.close()
+        with self._lock:
+            if not self._file.closed:
+                self.event("end")
+                self._file.close()
 
     def __enter__(self) -> "HistoryWriter":
         return self

@@ -60,6 +60,8 @@ ROWS = [
     Row("RETRY 0 jobs", lambda r: r.retry0_jobs),
     Row("RETRY 0 delivered twice", lambda r: r.retry0_redelivered,
         bad=lambda r: r.retry0_redelivered > 0),
+    Row("RETRY 0 never delivered (allowed: at most once)", lambda r: r.retry0_undelivered,
+        note=lambda r: r.retry0_undelivered > 0),
     Row("acked jobs", lambda r: r.acked_jobs),
     Row("acked, not collected after healing", lambda r: (
         f"{r.uncollected}" + (" (" + ", ".join(f"{n}: {c}" for n, c in

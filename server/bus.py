@@ -321,6 +321,8 @@ class ClusterBus:
         self.generation = 0
         self._relisten: asyncio.Lock | None = None
         self._warned: dict[str, float] = {}
+        # cluster-bus-route (ext): announced bus address -> address to dial.
+        self.routes: dict[tuple[str, int], tuple[str, int]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -365,6 +367,14 @@ class ClusterBus:
             if mode_changed or conn.auth is not None or (
                     conn.secret is not None and conn.secret not in self.secrets):
                 conn.abort()
+
+    def set_routes(self, routes: dict[tuple[str, int], tuple[str, int]]) -> None:
+        """New cluster-bus-route table: the links whose dialed address changes
+        are dropped and reconnect through the new one."""
+        old, self.routes = self.routes, dict(routes)
+        for peer in list(self._peers.values()):
+            if old.get(peer.addr) != self.routes.get(peer.addr) and peer.conn is not None:
+                peer.conn.abort()        # connection_lost redials
 
     async def _serve_again(self) -> None:
         async with self._relisten:       # in the order asked: the last context wins
@@ -453,7 +463,7 @@ class ClusterBus:
         peer.dialing = self._loop.create_task(self._connect(peer))
 
     async def _connect(self, peer: _Peer) -> None:
-        ip, port = peer.addr
+        ip, port = self.routes.get(peer.addr, peer.addr)
         conn = None
         try:
             _, conn = await asyncio.wait_for(

@@ -207,6 +207,7 @@ class Server:
                               ssl_server=bus_tls and bus_tls.bus_server,
                               ssl_client=bus_tls and bus_tls.bus_client,
                               secrets=cfg.cluster_secrets())
+        self.bus.set_routes(cfg.cluster_bus_route)
         await self.bus.start()
         self.driver.bus = self.bus
         save_nodes_conf(cfg, self.cluster.m.to_nodes_conf())
@@ -340,6 +341,8 @@ class Server:
                     client.conn.apply_output_limits()
         elif name.startswith("tls-"):
             self.reconfigure_tls(name)
+        elif name == "cluster-bus-route" and self.bus is not None:
+            self.bus.set_routes(self.config.cluster_bus_route)
         elif name.startswith("cluster-auth-pass") and self.bus is not None:
             tls = self.tls if self.config.tls_cluster else None
             self.bus.configure(tls and tls.bus_server, tls and tls.bus_client,

@@ -67,6 +67,14 @@ def test_a_retry0_job_delivered_once_is_fine(tmp_path):
     assert r.valid and (r.retry0_jobs, r.retry0_redelivered) == (1, 0)
 
 
+def test_a_retry0_job_never_delivered_is_counted_apart_and_allowed(tmp_path):
+    run = clean_run(tmp_path / "h.jsonl")
+    _, value, _ = run.add(5.0, retry=0)            # its only copy went with its node
+    r = checked(run.finish(6.0))
+    assert r.valid and r.lost == 0
+    assert r.retry0_undelivered == 1 and r.examples["retry0_undelivered"] == [value]
+
+
 def test_duplicates_are_counted_and_classified_but_allowed(tmp_path):
     run = clean_run(tmp_path / "h.jsonl")
     _, by_retry, id1 = run.add(5.0)

@@ -1,0 +1,298 @@
+"""A cluster of real nodes whose bus links all pass through fault proxies.
+
+One proxy per directed pair of nodes: ``n1-n2`` carries what n1 dials to reach
+n2 (n1's outbound link; n2 answers on the same connection). Each node is told,
+with ``cluster-bus-route`` (ext), to dial its peers through those proxies; the
+addresses it announces stay real. The proxies live in a fault proxy speaking
+Toxiproxy's API: ours (``python -m chaos.proxy``, started here) or a real
+Toxiproxy server (``toxiproxy_url``), driven through toxiproxy-python.
+
+Everything is awaited on a condition with a deadline: a node is up when it
+answers PING, the cluster is formed when every node's HELLO lists every node.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import redis
+
+from chaos.toxiproxy_client import ChaosProxy, ChaosToxiproxy
+
+HOST = "127.0.0.1"
+BUS_OFFSET = 10000
+_handed_out: set[int] = set()
+
+
+def free_port(host: str = HOST) -> int:
+    """A port free now whose bus port (+10000) is free too, never handed out
+    twice by this process."""
+    for _ in range(500):
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port in _handed_out or port + BUS_OFFSET > 65535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((host, port + BUS_OFFSET))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError("no free port pair found")
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
+             interval: float = 0.05) -> Any:
+    """Poll ``predicate`` (exceptions count as "not yet") until it is truthy."""
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - "not yet", kept for the message
+            last = exc
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}"
+                               + (f" (last error: {last})" if last else ""))
+        time.sleep(interval)
+
+
+class Node:
+    """One ``python -m broker`` process, restartable on the same port and dir."""
+
+    def __init__(self, name: str, port: int, workdir: Path, args: list[str]) -> None:
+        self.name, self.port, self.dir, self.args = name, port, workdir, args
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.paused = False
+
+    @property
+    def addr(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def bus_port(self) -> int:
+        return self.port + BUS_OFFSET
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, timeout: float = 20.0) -> None:
+        argv = [sys.executable, "-m", "broker", "--port", str(self.port),
+                "--dir", str(self.dir), *self.args]
+        root = str(Path(__file__).resolve().parent.parent)
+        env = dict(os.environ, PYTHONUNBUFFERED="1",
+                   PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+        with open(self.dir / "stdout.log", "ab") as log:
+            self.proc = subprocess.Popen(argv, cwd=self.dir, env=env, stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT)
+        self.paused = False
+        wait_for(self._answers, timeout, f"{self.name} ({self.addr}) to answer PING")
+
+    def _answers(self) -> bool:
+        if not self.alive():
+            raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: "
+                               + self.log_tail())
+        with redis.Redis(HOST, self.port, socket_timeout=1, socket_connect_timeout=1) as r:
+            return r.ping()
+
+    def admin(self, timeout: float = 5.0) -> redis.Redis:
+        return redis.Redis(HOST, self.port, socket_timeout=timeout, socket_connect_timeout=timeout,
+                           decode_responses=True)
+
+    def kill(self) -> None:
+        """kill -9, as a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            if self.paused:
+                self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait()
+        self.paused = False
+
+    def pause(self) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.alive() and self.paused:
+            self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.resume()
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = (self.dir / "stdout.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class ProxyServer:
+    """Our fault proxy as a subprocess (``python -m chaos.proxy --port 0``)."""
+
+    def __init__(self, seed: int | None, log_path: Path) -> None:
+        argv = [sys.executable, "-m", "chaos.proxy", "--host", HOST, "--port", "0",
+                "--log-level", "WARNING"]
+        if seed is not None:
+            argv += ["--seed", str(seed)]
+        root = str(Path(__file__).resolve().parent.parent)
+        env = dict(os.environ, PYTHONUNBUFFERED="1",
+                   PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+        self.log = open(log_path, "wb")
+        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=self.log)
+        line = self.proc.stdout.readline().decode()
+        m = re.search(r"http://([^\s]+):(\d+)", line)
+        if m is None:
+            self.stop()
+            raise RuntimeError(f"the fault proxy did not start: {line!r}")
+        self.host, self.port = m.group(1), int(m.group(2))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.log.close()
+
+
+class ChaosCluster:
+    """N nodes, a proxy per directed pair, formed and ready."""
+
+    def __init__(self, size: int, *, workdir: str | Path | None = None,
+                 toxiproxy_url: str | None = None, node_timeout_ms: int = 2000,
+                 appendonly: bool = False, appendfsync: str = "everysec",
+                 seed: int | None = None, extra_args: Iterable[str] = ()) -> None:
+        if size < 2:
+            raise ValueError("a chaos cluster needs at least 2 nodes")
+        self.size = size
+        self._own_dir = workdir is None
+        self.dir = Path(workdir or tempfile.mkdtemp(prefix="disquette-chaos-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.toxiproxy_url = toxiproxy_url
+        self.node_timeout_ms = node_timeout_ms
+        self.appendonly, self.appendfsync = appendonly, appendfsync
+        self.seed = seed
+        self.extra_args = list(extra_args)
+        self.nodes: list[Node] = []
+        self.links: dict[tuple[str, str], ChaosProxy] = {}
+        self.proxy_server: ProxyServer | None = None
+        self.api: ChaosToxiproxy | None = None
+
+    # -- start and stop --------------------------------------------------------
+    def start(self, timeout: float = 30.0) -> "ChaosCluster":
+        try:
+            self._start_proxies()
+            self._start_nodes()
+            self.wait_formed(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_proxies(self) -> None:
+        if self.toxiproxy_url:
+            m = re.fullmatch(r"(?:https?://)?([^:/]+):(\d+)/?", self.toxiproxy_url)
+            if m is None:
+                raise ValueError(f"--toxiproxy: expected http://host:port, got {self.toxiproxy_url}")
+            host, port = m.group(1), int(m.group(2))
+        else:
+            self.proxy_server = ProxyServer(self.seed, self.dir / "proxy.log")
+            host, port = self.proxy_server.host, self.proxy_server.port
+        self.api = ChaosToxiproxy(host, port)
+        self.api.reset()
+        ports = [free_port() for _ in range(self.size)]
+        names = [f"n{i + 1}" for i in range(self.size)]
+        self.nodes = [Node(name, port, self.dir / name, []) for name, port in zip(names, ports)]
+        wanted = [{"name": f"{a.name}-{b.name}", "listen": f"{HOST}:0",
+                   "upstream": f"{HOST}:{b.bus_port}", "enabled": True}
+                  for a in self.nodes for b in self.nodes if a is not b]
+        for proxy in self.api.populate_server(wanted):
+            a, b = proxy.name.split("-")
+            self.links[(a, b)] = proxy
+
+    def _node_args(self, node: Node) -> list[str]:
+        routes = ",".join(f"{HOST}:{peer.bus_port}={self.links[(node.name, peer.name)].listen}"
+                          for peer in self.nodes if peer is not node)
+        seeds = ",".join(peer.addr for peer in self.nodes if peer is not node)
+        args = ["--cluster-bus-route", routes, "--cluster-seeds", seeds,
+                "--cluster-node-timeout", str(self.node_timeout_ms),
+                "--appendonly", "yes" if self.appendonly else "no",
+                "--appendfsync", self.appendfsync, "--loglevel", "notice"]
+        return args + self.extra_args
+
+    def _start_nodes(self) -> None:
+        for node in self.nodes:
+            node.args = self._node_args(node)
+            node.start()
+
+    def wait_formed(self, timeout: float = 30.0, nodes: list[Node] | None = None) -> None:
+        """Until every (given, running) node's HELLO lists every node of the cluster."""
+        def formed() -> bool:
+            for node in nodes or self.nodes:
+                with node.admin(1) as r:
+                    hello = r.execute_command("HELLO")
+                if len(hello) - 2 < self.size:
+                    return False
+            return True
+        wait_for(formed, timeout, f"the {self.size}-node cluster to form")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+        if self.proxy_server is not None:
+            self.proxy_server.stop()
+            self.proxy_server = None
+        elif self.api is not None:
+            try:
+                for proxy in self.links.values():
+                    proxy.destroy()
+            except Exception:  # noqa: BLE001 - best effort on someone else's server
+                pass
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> "ChaosCluster":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- lookups -----------------------------------------------------------------
+    def node(self, name: str) -> Node:
+        return next(n for n in self.nodes if n.name == name)
+
+    def link(self, src: str, dst: str) -> ChaosProxy:
+        """The proxy carrying what ``src`` dials to reach ``dst``."""
+        return self.links[(src, dst)]
+
+    @property
+    def names(self) -> list[str]:
+        return [n.name for n in self.nodes]

@@ -1,0 +1,281 @@
+"""The faults of each scenario, laid over the run's seconds; every choice
+(which nodes, when, how long) comes from the run's seeded generator, so a seed
+replays the same faults at the same offsets.
+
+A scenario is a function ``(faults, rng, seconds)`` that applies and stops
+faults while the workload runs; the runner then heals everything
+(``Faults.heal``), drains and checks. Faults are recorded in the history as
+``fault`` start/stop events, which the report draws as bands.
+
+Link faults act on the proxies of chaos/launcher.py: ``n1-n2`` carries what n1
+sends to n2 on n1's own link, and n2's answers on it. Nodes also answer on the
+links their peers opened, so cutting "n1 cannot reach n2" is: disable ``n1-n2``
+and drop (a ``timeout`` toxic of 0) what flows from n1 to n2 on ``n2-n1``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from chaos.history import HistoryWriter
+from chaos.launcher import ChaosCluster, Node
+
+
+class Faults:
+    """The fault verbs, each recorded in the history."""
+
+    def __init__(self, cluster: ChaosCluster, history: HistoryWriter, deadline: float) -> None:
+        self.cluster, self.history = cluster, history
+        self.deadline = deadline              # monotonic time the scenario must end by
+        self.active: dict[int, Callable[[], None]] = {}
+        self.killed: set[str] = set()
+
+    # -- time --------------------------------------------------------------------
+    def sleep_until(self, offset: float, t0: float) -> None:
+        """Sleep until ``offset`` seconds after ``t0`` (never past the deadline)."""
+        delay = min(t0 + offset, self.deadline) - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+    def _start(self, name: str, undo: Callable[[], None], **detail: object) -> int:
+        fault = self.history.fault_started(name, **detail)
+        self.active[fault] = undo
+        return fault
+
+    def stop(self, fault: int) -> None:
+        undo = self.active.pop(fault, None)
+        if undo is not None:
+            undo()
+            self.history.fault_stopped(fault)
+
+    def heal(self) -> None:
+        """Stop every fault: proxies back to clean links, nodes running."""
+        for fault in list(self.active):
+            self.stop(fault)
+        self.cluster.api.reset()              # every proxy enabled, every toxic gone
+        for node in self.cluster.nodes:
+            if not node.alive():
+                node.start()
+            node.resume()
+        self.history.healed()
+
+    # -- links ---------------------------------------------------------------------
+    def _cut(self, src: str, dst: str) -> Callable[[], None]:
+        """``src`` can no longer send to ``dst`` (both its own link and its
+        answers on the link ``dst`` opened)."""
+        out = self.cluster.link(src, dst)
+        back = self.cluster.link(dst, src)
+        out.disable()
+        toxic = back.add_toxic(type="timeout", stream="downstream", toxicity=1.0,
+                               name=f"cut-{src}-{dst}", attributes={"timeout": 0})
+
+        def undo() -> None:
+            out.enable()
+            try:
+                back.destroy_toxic(toxic.name)
+            except Exception:  # noqa: BLE001 - already gone (a reset)
+                pass
+        return undo
+
+    def _cuts(self, pairs: list[tuple[str, str]]) -> Callable[[], None]:
+        undos = [self._cut(a, b) for a, b in pairs]
+        return lambda: [u() for u in undos]
+
+    def partition(self, *groups: list[str]) -> int:
+        """No traffic between nodes of different groups (both ways)."""
+        pairs = [(a, b) for g in groups for h in groups if g is not h for a in g for b in h]
+        return self._start("partition", self._cuts(pairs), groups=[list(g) for g in groups])
+
+    def one_way(self, pairs: list[tuple[str, str]]) -> int:
+        """Each ``(a, b)``: a's messages no longer reach b; b's still reach a."""
+        return self._start("one-way", self._cuts(pairs), cut=[f"{a}->{b}" for a, b in pairs])
+
+    def _toxics(self, links: list[tuple[str, str]], **toxic: object) -> Callable[[], None]:
+        made = []
+        for a, b in links:
+            for stream in ("upstream", "downstream"):
+                proxy = self.cluster.link(a, b)
+                made.append((proxy, proxy.add_toxic(stream=stream, toxicity=1.0,
+                                                    name=f"{toxic['type']}-{stream}", **toxic)))
+
+        def undo() -> None:
+            for proxy, t in made:
+                try:
+                    proxy.destroy_toxic(t.name)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+        return undo
+
+    def latency(self, ms: int, jitter: int) -> int:
+        links = list(self.cluster.links)
+        return self._start("latency", self._toxics(links, type="latency",
+                                                   attributes={"latency": ms, "jitter": jitter}),
+                           latency_ms=ms, jitter_ms=jitter)
+
+    def slow_node(self, node: str, rate_kb: int) -> int:
+        links = [k for k in self.cluster.links if node in k]
+        return self._start("bandwidth", self._toxics(links, type="bandwidth",
+                                                     attributes={"rate": rate_kb}),
+                           node=node, rate_kb_s=rate_kb)
+
+    # -- processes -------------------------------------------------------------------
+    def kill(self, node: Node) -> int:
+        node.kill()
+        return self._start("kill -9", node.start, node=node.name)
+
+    def pause(self, node: Node) -> int:
+        node.pause()
+        return self._start("SIGSTOP", node.resume, node=node.name)
+
+    def leave(self, node: Node) -> int:
+        with node.admin() as r:
+            r.execute_command("CLUSTER", "LEAVING", "yes")
+
+        def undo() -> None:
+            with node.admin() as r:
+                r.execute_command("CLUSTER", "LEAVING", "no")
+        return self._start("leaving", undo, node=node.name)
+
+
+# ------------------------------------------------------------------------------
+# The scenarios.
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    doc: str
+    faults: Callable[[Faults, random.Random, float, float], None]
+    appendonly: bool = False
+    appendfsync: str = "everysec"
+    replicate: tuple[int, ...] = (1, 2, 3)
+    retry0_share: float = 0.1
+
+
+def _split(rng: random.Random, names: list[str]) -> tuple[list[str], list[str]]:
+    shuffled = rng.sample(names, len(names))
+    minority = len(names) // 2 if len(names) > 2 else 1
+    return shuffled[minority:], shuffled[:minority]
+
+
+def _window(f: Faults, t0: float, seconds: float, start: float, end: float,
+            apply: Callable[[], int]) -> None:
+    f.sleep_until(start * seconds, t0)
+    fault = apply()
+    f.sleep_until(end * seconds, t0)
+    f.stop(fault)
+
+
+def majority_minority(f, rng, t0, s):
+    majority, minority = _split(rng, f.cluster.names)
+    _window(f, t0, s, 0.2, 0.7, lambda: f.partition(majority, minority))
+
+
+def bridge(f, rng, t0, s):
+    names = rng.sample(f.cluster.names, len(f.cluster.names))
+    mid = names[0]
+    rest = names[1:]
+    left, right = rest[: len(rest) // 2], rest[len(rest) // 2:]
+    pairs = [(a, b) for a in left for b in right] + [(b, a) for a in left for b in right]
+    _window(f, t0, s, 0.2, 0.7, lambda: f._start("bridge", f._cuts(pairs), bridge=mid,
+                                                  sides=[left, right]))
+
+
+def isolated(f, rng, t0, s):
+    lone = rng.choice(f.cluster.names)
+    others = [n for n in f.cluster.names if n != lone]
+    _window(f, t0, s, 0.2, 0.7, lambda: f.partition([lone], others))
+
+
+def one_way(f, rng, t0, s):
+    """One node's messages reach nobody; it still hears everyone."""
+    mute = rng.choice(f.cluster.names)
+    pairs = [(mute, n) for n in f.cluster.names if n != mute]
+    _window(f, t0, s, 0.2, 0.7, lambda: f.one_way(pairs))
+
+
+def flapping(f, rng, t0, s):
+    at = 0.1
+    while at < 0.8:
+        majority, minority = _split(rng, f.cluster.names)
+        length = rng.uniform(0.04, 0.1)
+        _window(f, t0, s, at, min(at + length, 0.85), lambda: f.partition(majority, minority))
+        at += length + rng.uniform(0.02, 0.06)
+
+
+def latency(f, rng, t0, s):
+    _window(f, t0, s, 0.2, 0.8, lambda: f.latency(rng.choice([50, 100, 200]),
+                                                  rng.choice([20, 50])))
+
+
+def slow_link(f, rng, t0, s):
+    node = rng.choice(f.cluster.names)
+    _window(f, t0, s, 0.2, 0.8, lambda: f.slow_node(node, rng.choice([4, 16])))
+
+
+def kill_restart(f, rng, t0, s):
+    for start in (0.2, 0.5):
+        node = rng.choice(f.cluster.nodes)
+        _window(f, t0, s, start, start + 0.15, lambda: f.kill(node))
+
+
+def pause(f, rng, t0, s):
+    node = rng.choice(f.cluster.nodes)
+    # longer than cluster-node-timeout, so the others flag it PFAIL/FAIL
+    length = max(3 * f.cluster.node_timeout_ms / 1000 / s, 0.2)
+    _window(f, t0, s, 0.2, min(0.2 + length, 0.85), lambda: f.pause(node))
+
+
+def leaving(f, rng, t0, s):
+    node = rng.choice(f.cluster.nodes)
+    _window(f, t0, s, 0.2, 0.8, lambda: f.leave(node))
+
+
+def mixed(f, rng, t0, s):
+    """Random faults one after another, each for a random stretch."""
+    verbs = [
+        lambda: f.partition(*_split(rng, f.cluster.names)),
+        lambda: f.partition([n := rng.choice(f.cluster.names)],
+                            [m for m in f.cluster.names if m != n]),
+        lambda: f.one_way(_one_way_pair(rng, f.cluster.names)),
+        lambda: f.latency(rng.choice([50, 150]), 30),
+        lambda: f.slow_node(rng.choice(f.cluster.names), 8),
+        lambda: f.kill(rng.choice(f.cluster.nodes)),
+        lambda: f.pause(rng.choice(f.cluster.nodes)),
+    ]
+    at = 0.1
+    while at < 0.75:
+        length = rng.uniform(0.05, 0.15)
+        _window(f, t0, s, at, min(at + length, 0.85), rng.choice(verbs))
+        at += length + rng.uniform(0.02, 0.05)
+
+
+def _one_way_pair(rng: random.Random, names: list[str]) -> list[tuple[str, str]]:
+    a, b = rng.sample(names, 2)
+    return [(a, b)]
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("majority-minority", "the cluster split in a majority and a minority",
+             majority_minority),
+    Scenario("bridge", "two halves that only one node (the bridge) sees both of", bridge),
+    Scenario("isolated", "one node cut off from all others", isolated),
+    Scenario("one-way", "one node's messages reach nobody; it hears everyone", one_way),
+    Scenario("flapping", "majority/minority splits that come and go", flapping),
+    Scenario("latency", "latency and jitter on every link", latency),
+    Scenario("slow-link", "every link of one node down to a few KB/s", slow_link),
+    Scenario("kill-aof-always", "kill -9 and restart with appendfsync always",
+             kill_restart, appendonly=True, appendfsync="always"),
+    # everysec may lose the last second of a killed node's writes: only jobs
+    # with another copy are promised to survive it (README, Persistence), so
+    # no REPLICATE 1 (nor RETRY 0, which is REPLICATE 1) jobs here.
+    Scenario("kill-aof-everysec", "kill -9 and restart with appendfsync everysec",
+             kill_restart, appendonly=True, appendfsync="everysec", replicate=(2, 3),
+             retry0_share=0.0),
+    Scenario("pause", "SIGSTOP longer than cluster-node-timeout, then SIGCONT", pause),
+    Scenario("leaving", "a node leaving the cluster under load", leaving),
+    Scenario("mixed", "random faults of every kind, one after another", mixed,
+             appendonly=True, appendfsync="always"),
+)}
