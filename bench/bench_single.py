@@ -17,6 +17,9 @@ Rows (``--only`` takes their names, comma-separated):
   getjob      GETJOB NOHANG FROM q    vs  RPOP q (queues pre-filled)  target >= 0.95x
   rss         RSS bytes per queued job after 1M ADDJOBs (pipelined),
               Redis RSS per LPUSHed element for reference           target <= 520 B
+  ceiling     the ceiling: a do-nothing RESP server in plain Python on the same
+              event loop (bench/ceiling_server.py) answering ADDJOB, vs LPUSH
+  ceiling-p16 the same with -P 16
 
 To add a row (e.g. ADDJOB REPLICATE 3 on a 3-node cluster), write a function
 ``ctx -> Result`` and append a ``Metric`` to METRICS; bench/common.py has the
@@ -34,7 +37,7 @@ from typing import Callable
 
 from common import (
     Server, body, bulk_load, call_int, median, parse_bench_args, redis_benchmark, settle,
-    start_disquette, start_redis,
+    start_ceiling, start_disquette, start_redis,
 )
 
 BODY = body(100)
@@ -58,8 +61,9 @@ class Result:
 class Metric:
     name: str                          # what --only selects
     title: str                         # row label
-    kind: str                          # "ratio": ours/redis >= target; "max": ours <= target
-    target: float
+    kind: str                          # "ratio": ours/redis >= target; "max": ours <= target;
+                                       # "info": no target (the ceiling)
+    target: float | None
     run: Callable[["Context"], Result]
 
 
@@ -73,6 +77,7 @@ class Context:
         self.rounds = args.rounds or (1 if args.quick else 3)
         self._ours: Server | None = None
         self._redis: Server | None = None
+        self._ceiling: Server | None = None
 
     def n(self, full: int) -> int:
         """Request count for a row: ``full``, or a fifth of it with --quick."""
@@ -91,6 +96,12 @@ class Context:
             self._redis = start_redis()
         return self._redis
 
+    @property
+    def ceiling(self) -> Server:
+        if self._ceiling is None:
+            self._ceiling = start_ceiling()
+        return self._ceiling
+
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
@@ -101,20 +112,24 @@ def log(msg: str) -> None:
 # ---------------------------------------------------------------------------
 
 def flush(server: Server) -> None:
+    if server.kind == "ceiling":
+        return                              # holds nothing
     r = server.call("DEBUG", "FLUSHALL") if server.kind == "disquette" else server.call("FLUSHALL")
     if r != b"+OK":
         raise RuntimeError(f"flush {server}: {r!r}")
 
 
 def side_by_side(ctx: Context, name: str, ours_cmd: list, redis_cmd: list, n: int,
-                 pipeline: int = 1, prepare: Callable[[Server], None] | None = None) -> Result:
+                 pipeline: int = 1, prepare: Callable[[Server], None] | None = None,
+                 ours: Server | None = None) -> Result:
     """Median requests/s over ctx.rounds rounds; the side going first alternates.
     The ratio is the median of the rounds' ratios: each round compares the two
     servers under the same background load."""
-    rates: dict[str, list[float]] = {"disquette": [], "redis": []}
+    ours = ours or ctx.ours
+    rates: dict[str, list[float]] = {ours.kind: [], "redis": []}
     ratios = []
     for r in range(ctx.rounds):
-        sides = [(ctx.ours, ours_cmd), (ctx.redis, redis_cmd)]
+        sides = [(ours, ours_cmd), (ctx.redis, redis_cmd)]
         if r % 2:
             sides.reverse()
         for server, cmd in sides:
@@ -123,13 +138,13 @@ def side_by_side(ctx: Context, name: str, ours_cmd: list, redis_cmd: list, n: in
                 prepare(server)
             settle(server, 0.2)
             rates[server.kind].append(redis_benchmark(server.port, cmd, n, pipeline=pipeline))
-        o, d = rates["disquette"][-1], rates["redis"][-1]
+        o, d = rates[ours.kind][-1], rates["redis"][-1]
         ratios.append(o / d)
         log(f"  {name} round {r + 1}/{ctx.rounds}: ours {o:,.0f} rps, redis {d:,.0f} rps, "
             f"ratio {o / d:.2f}x")
-    for server in (ctx.ours, ctx.redis):
+    for server in (ours, ctx.redis):
         flush(server)
-    return Result(median(rates["disquette"]), median(rates["redis"]), "rps", median(ratios))
+    return Result(median(rates[ours.kind]), median(rates["redis"]), "rps", median(ratios))
 
 
 def run_addjob(ctx: Context) -> Result:
@@ -159,6 +174,16 @@ def run_getjob(ctx: Context) -> Result:
 
     return side_by_side(ctx, "getjob", ["GETJOB", "NOHANG", "FROM", "q"], ["RPOP", "q"], n,
                         prepare=prefill)
+
+
+def run_ceiling(ctx: Context) -> Result:
+    return side_by_side(ctx, "ceiling", ["ADDJOB", "q", BODY, "0"], ["LPUSH", "q", BODY],
+                        ctx.n(200_000), ours=ctx.ceiling)
+
+
+def run_ceiling_p16(ctx: Context) -> Result:
+    return side_by_side(ctx, "ceiling-p16", ["ADDJOB", "q", BODY, "0"], ["LPUSH", "q", BODY],
+                        ctx.n(1_000_000), pipeline=16, ours=ctx.ceiling)
 
 
 def rss_per_item(server: Server, cmd: list, count_cmd: list, n: int) -> tuple[float, int]:
@@ -194,6 +219,9 @@ METRICS: list[Metric] = [
     Metric("addjob-p16", "ADDJOB vs LPUSH, -c 50 -P 16", "ratio", 0.4, run_addjob_p16),
     Metric("getjob", "GETJOB NOHANG vs RPOP, -c 50", "ratio", 0.95, run_getjob),
     Metric("rss", "RSS per queued job (100 B body)", "max", 520, run_rss),
+    Metric("ceiling", "ceiling (do-nothing RESP, same loop) vs LPUSH, -c 50", "info", None,
+           run_ceiling),
+    Metric("ceiling-p16", "ceiling vs LPUSH, -c 50 -P 16", "info", None, run_ceiling_p16),
 ]
 
 
@@ -209,6 +237,9 @@ def fmt_value(v: float | None, unit: str) -> str:
 
 def row(m: Metric, r: Result) -> list[str]:
     ratio = r.ratio
+    if m.kind == "info":
+        return [m.title, fmt_value(r.ours, r.unit), fmt_value(r.redis, r.unit),
+                f"{ratio:.2f}x" if ratio is not None else "-", "-", "-"]
     if m.kind == "ratio":
         ok = ratio is not None and ratio >= m.target
         target = f">= {m.target:g}x"

@@ -129,7 +129,7 @@ class Server:
                 raise RuntimeError(f"{self.kind} exited with {self.proc.returncode}; "
                                    f"log:\n{self.log_tail()}")
             try:
-                if self.call("PING") == b"+PONG":
+                if self.call("PING").startswith(b"+"):   # +PONG (the ceiling: its status)
                     return
             except OSError:
                 pass
@@ -185,6 +185,14 @@ def start_redis(port: int | None = None) -> Server:
     argv = ["redis-server", "--port", str(port), "--bind", HOST, "--save", "",
             "--appendonly", "no", "--dir", d]
     return Server("redis", argv, port, d)
+
+
+def start_ceiling(port: int | None = None) -> Server:
+    """bench/ceiling_server.py: a do-nothing RESP server on the same event loop."""
+    port = port or free_port()
+    d = temp_dir("ceiling-bench-")
+    argv = [sys.executable, str(REPO_ROOT / "bench" / "ceiling_server.py"), str(port)]
+    return Server("ceiling", argv, port, d)
 
 
 def start_disquette_cluster(n: int, *directives: str) -> list[Server]:

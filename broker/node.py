@@ -51,6 +51,9 @@ class Host:
     server/process.py carries them out for real."""
 
     pid = 0
+    # What runs the core, for INFO server: the event loop and the RESP parser.
+    multiplexing_api = "none"
+    resp_parser = "python"
 
     def shutdown(self, mode: str) -> None: ...
     def close_client(self, client: Client) -> None: ...

@@ -194,7 +194,7 @@ class ChaosCluster:
             raise ValueError("a chaos cluster needs at least 2 nodes")
         self.size = size
         self._own_dir = workdir is None
-        self.dir = Path(workdir or tempfile.mkdtemp(prefix="disquette-chaos-"))
+        self.dir = Path(workdir or tempfile.mkdtemp(prefix="disquette-chaos-")).resolve()
         self.dir.mkdir(parents=True, exist_ok=True)
         self.toxiproxy_url = toxiproxy_url
         self.node_timeout_ms = node_timeout_ms

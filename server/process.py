@@ -28,6 +28,7 @@ from broker.dispatch import CommandError
 from broker.node import Host, Node
 from cluster.cluster import Cluster, announced_address
 from cluster.membership import Membership
+from protocol.resp import HiredisReader, Reader
 from server import listeners
 from server.aof import AOFLoadError, AppendOnlyFile
 from server.bus import ClusterBus
@@ -82,6 +83,15 @@ class ServerHost(Host):
 
     def restart(self) -> None:
         self.server.restart()
+
+    @property
+    def multiplexing_api(self) -> str:
+        loop = self.server.loop
+        return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
+
+    @property
+    def resp_parser(self) -> str:
+        return "hiredis" if Reader is HiredisReader else "python"
 
     def rss(self) -> int:
         try:
