@@ -8,7 +8,9 @@ Side by side in one run, on one local[2] SparkSession and one cluster:
 write, staged and released on commit), against what a user writes by hand
 (a per-row redis-py ADDJOB loop inside foreachPartition) and against
 ``redis-benchmark -P 16`` (50 clients) sending ADDJOB to the same cluster.
-Synchronous replication (the default) and ASYNC are measured separately.
+Synchronous replication (the default) and ASYNC are measured separately, and
+sync writes with one connection per task (the default) and with 8 batches in
+flight per task (``connections=8``).
 Targets: >= 10x the loop; >= 0.5x redis-benchmark -P 16.
 """
 
@@ -82,7 +84,10 @@ def main() -> None:
     flush(nodes)
     for label, fn in [
         ("partition_writer", lambda: df.foreachPartition(partition_writer(addrs, "pw"))),
+        ("partition_writer, connections=8",
+         lambda: df.foreachPartition(partition_writer(addrs, "pw", connections=8))),
         ("data source (staged)", ds()),
+        ("data source (staged), connections=8", ds(connections="8")),
         ("partition_writer ASYNC",
          lambda: df.foreachPartition(partition_writer(addrs, "pw", asynchronous=True))),
         ("data source ASYNC (staged)", ds(**{"async": "true"})),

@@ -30,12 +30,14 @@ def partition_writer(nodes: Any, queue: str | None = None, *, body_format: str =
                      username: str | None = None, replicate: int | None = None,
                      delay: int | None = None, retry: int | None = None,
                      ttl: int | None = None, maxlen: int | None = None,
-                     **client_options: Any) -> Callable[[Iterable[Any]], None]:
+                     connections: int = 1, **client_options: Any) -> Callable[[Iterable[Any]], None]:
     """A function for ``df.foreachPartition(...)`` that adds every row as a job.
 
-    Each task opens one connection (through the SDK's cluster-aware
-    :class:`~disquette.Client`: any listed node, failover to the others),
-    sends ``batch_size`` ADDJOBs pipelined at a time and checks every reply;
+    Each task writes through the SDK's cluster-aware
+    :class:`~disquette.Client` (any listed node, failover to the others),
+    ``batch_size`` ADDJOBs pipelined a batch on one connection (or up to
+    ``connections`` batches in flight at once, each on its own connection:
+    faster with synchronous replication), and checks every reply;
     the first refused or lost one fails the task with a
     :class:`DisqueWriteError` naming the queue and the node's reply.  Rows
     map as in the data source: a ``body`` column (string or binary; or
@@ -57,7 +59,8 @@ def partition_writer(nodes: Any, queue: str | None = None, *, body_format: str =
     opts = WriteOptions(conn=Connection(nodes_text, password, username, tls, files),
                         queue=queue, body_format=body_format, defaults=defaults,
                         timeout_ms=timeout_ms, asynchronous=asynchronous,
-                        batch_size=batch_size, maxlen=maxlen, staged=False)
+                        batch_size=batch_size, maxlen=maxlen, staged=False,
+                        connections=connections)
 
     def write_partition(rows: Iterable[Any]) -> None:
         write_rows(opts, rows)

@@ -15,6 +15,10 @@ from disquette import Client
 ROW_OPTIONS = ("delay", "retry", "ttl", "replicate")
 DEFAULT_TTL = 86400          # the broker's default, spelled out: staging needs it
 DEFAULT_BATCH = 1000
+# One connection per task by default; a node answers one connection's
+# synchronously replicated ADDJOBs one at a time (each waits for its copies),
+# so `connections` > 1 keeps several batches in flight for speed.
+DEFAULT_CONNECTIONS = 1
 DEFAULT_TIMEOUT_MS = 5000
 
 _TRUE = {"true", "1", "yes", "on"}
@@ -106,7 +110,8 @@ class WriteOptions:
     asynchronous: bool = False
     batch_size: int = DEFAULT_BATCH
     maxlen: int | None = None
-    staged: bool = True                 # tie the jobs to Spark's commit (see staging.py)
+    staged: bool = True                 # tie the jobs to Spark's commit (see writes.py)
+    connections: int = DEFAULT_CONNECTIONS  # batches in flight at once per task
 
     @classmethod
     def from_options(cls, opts: Mapping[str, str]) -> "WriteOptions":
@@ -128,6 +133,7 @@ class WriteOptions:
             batch_size=_int(opts, "batchSize", DEFAULT_BATCH, minimum=1),
             maxlen=_int(opts, "maxlen", None, minimum=1),
             staged=_bool(opts, "staged", True),
+            connections=_int(opts, "connections", DEFAULT_CONNECTIONS, minimum=1),
         )
 
 

@@ -1,6 +1,7 @@
 """Writing rows as jobs, tied to Spark's commit protocol.
 
-A task (``write_rows``) adds its rows in pipelined batches on one connection.
+A task (``write_rows``) adds its rows in pipelined batches, several batches
+in flight at once on their own connections (``connections``).
 With staging (the data source's default) a job is added *staged*: with a
 DELAY of its TTL minus one second, so no node queues it for consumers, and
 the task returns the ids in its commit message.  Then, on the driver:
@@ -23,6 +24,8 @@ an abort deletes them).
 from __future__ import annotations
 
 import logging
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Iterable
@@ -80,9 +83,11 @@ def _failure(err: AddJobsError, rows_before: int) -> DisqueWriteError:
 
 def write_rows(opts: WriteOptions, rows: Iterable[Any], client: Client | None = None,
                staged: bool | None = None) -> StagedJobs:
-    """Add ``rows`` as jobs, ``batchSize`` pipelined ADDJOBs at a time on one
-    connection; every reply is checked.  Raises DisqueWriteError at the first
-    failed batch, after deleting what this call added when ``staged``."""
+    """Add ``rows`` as jobs, ``batchSize`` pipelined ADDJOBs a batch, up to
+    ``connections`` batches in flight at once (each on its own connection of
+    the client's pool: a node serves one connection's synchronous ADDJOBs one
+    after the other); every reply is checked.  Raises DisqueWriteError naming
+    the first failed row, after deleting what this call added when ``staged``."""
     staged = opts.staged if staged is None else staged
     own = client is None
     client = client or opts.conn.client()
@@ -91,31 +96,60 @@ def write_rows(opts: WriteOptions, rows: Iterable[Any], client: Client | None = 
     defaults: dict[str, Any] = {"timeout_ms": opts.timeout_ms, "asynchronous": opts.asynchronous}
     if opts.maxlen:
         defaults["maxlen"] = opts.maxlen
+    parallel = max(1, opts.connections)
+    pool = ThreadPoolExecutor(parallel, thread_name_prefix="disquette-write") \
+        if parallel > 1 else None
+    inflight: deque[tuple[Future | None, list, list[bool], int]] = deque()
     it = iter(rows)
+
+    def send(chunk: list) -> Any:
+        return client.add_jobs(chunk, batch_size=len(chunk), **defaults)
+
+    def collect() -> None:
+        """The oldest batch's ids, or its error (rows numbered in input order)."""
+        future, chunk, kinds, first_row = inflight.popleft()
+        try:
+            ids = future.result() if future is not None else send(chunk)
+        except AddJobsError as e:
+            for jid, kind in zip(e.results, kinds):
+                if isinstance(jid, str):
+                    (done.staged if kind else done.direct).append(jid)
+            raise _failure(e, first_row) from e
+        except DisqueError as e:
+            raise DisqueWriteError(f"disquette: rows not written to queue "
+                                   f"{chunk[0][0]!r}: {type(e).__name__}: {e}") from e
+        for jid, kind in zip(ids, kinds):
+            (done.staged if kind else done.direct).append(jid)
+
     try:
+        rows_read = 0
         while True:
             chunk = [mapper.item(r) for r in islice(it, opts.batch_size)]
             if not chunk:
-                return done
+                break
             kinds = [_stage(o) for _, _, o in chunk] if staged else [False] * len(chunk)
-            try:
-                ids = client.add_jobs(chunk, batch_size=len(chunk), **defaults)
-            except AddJobsError as e:
-                for jid, kind in zip(e.results, kinds):
-                    if isinstance(jid, str):
-                        (done.staged if kind else done.direct).append(jid)
-                raise _failure(e, done.rows) from e
-            except DisqueError as e:
-                raise DisqueWriteError(f"disquette: rows not written to queue "
-                                       f"{chunk[0][0]!r}: {type(e).__name__}: {e}") from e
-            for jid, kind in zip(ids, kinds):
-                (done.staged if kind else done.direct).append(jid)
-            done.rows += len(chunk)
+            future = pool.submit(send, chunk) if pool is not None else None
+            inflight.append((future, chunk, kinds, rows_read))
+            rows_read += len(chunk)
+            while len(inflight) >= parallel:
+                collect()
+        while inflight:
+            collect()
+        done.rows = rows_read
+        return done
     except BaseException:
+        # Batches still in flight finish first: what they added is deleted too.
+        while inflight:
+            try:
+                collect()
+            except Exception:  # noqa: BLE001 - the first error is the one raised
+                pass
         if staged and done.all_ids():
             delete_jobs(client, done.all_ids())
         raise
     finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
         if own:
             client.close()
 

@@ -63,6 +63,12 @@ def test_queue_paused_in(spark, cluster):
         assert not queued(cluster, "open")      # nothing visible to consumers
         with pytest.raises(Exception, match="queue 'paused'.*PAUSED Queue paused in input"):
             df.foreachPartition(partition_writer(nodes_option(cluster), batch_size=100))
+        # The same with several batches in flight per task: nothing more shows
+        # (what is queued now is partition_writer's, which has no commit step).
+        visible = queued(cluster, "open")
+        with pytest.raises(Exception, match="not written to queue 'paused': QueuePausedError"):
+            save(df, nodes_option(cluster), batchSize="100", connections="4")
+        assert queued(cluster, "open") == visible
     finally:
         for n in cluster:
             n.client().execute_command("PAUSE", "paused", "none")

@@ -197,3 +197,20 @@ def test_register_explicitly(spark, cluster, tmp_path):
     df = spark.range(0, 10).selectExpr("concat('r', id) AS body")
     write("batch", spark, df, cluster, tmp_path, queue="reg")
     assert len(queued(cluster, "reg")) == 10
+
+
+def test_several_connections_per_task(spark, cluster, tmp_path):
+    """``connections``: several batches in flight per task, each on its own
+    connection; every row arrives once, with its body."""
+    n = 20_000
+    df = spark.range(0, n, numPartitions=2).selectExpr("concat('w', id) AS body")
+    before = [nd.client(protocol=2).info("stats")["total_connections_received"] for nd in cluster]
+    write("batch", spark, df, cluster, tmp_path, queue="wide", batchSize=500, connections=4)
+    df.foreachPartition(partition_writer(nodes_option(cluster), "wide2", batch_size=500,
+                                         connections=4))
+    after = [nd.client(protocol=2).info("stats")["total_connections_received"] for nd in cluster]
+    expected_bodies = sorted(f"w{i}".encode() for i in range(n))
+    assert sorted(queued(cluster, "wide").values()) == expected_bodies
+    assert sorted(queued(cluster, "wide2").values()) == expected_bodies
+    # 2 writes x 2 tasks, more than one connection each (the pool opens them as needed)
+    assert sum(after) - sum(before) > 4 + 2 * len(cluster)
