@@ -14,6 +14,7 @@ answers PING, the cluster is formed when every node's HELLO lists every node.
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import signal
@@ -34,23 +35,33 @@ BUS_OFFSET = 10000
 _handed_out: set[int] = set()
 
 
+# Client ports from 10000 to 21999, so bus ports (+10000) stay under 32768:
+# outside Linux's ephemeral range, where the many connections of a run (and of
+# other processes) take their local ports and could take a node's port first.
+PORT_RANGE = (10000, 22000)
+_ports = random.Random()
+
+
 def free_port(host: str = HOST) -> int:
-    """A port free now whose bus port (+10000) is free too, never handed out
-    twice by this process."""
-    for _ in range(500):
-        with socket.socket() as s:
-            s.bind((host, 0))
-            port = s.getsockname()[1]
-        if port in _handed_out or port + BUS_OFFSET > 65535:
+    """A port free now whose bus port (+10000) is free too, outside the
+    ephemeral range, never handed out twice by this process."""
+    for _ in range(1000):
+        port = _ports.randrange(*PORT_RANGE)
+        if port in _handed_out:
             continue
-        with socket.socket() as s:
-            try:
-                s.bind((host, port + BUS_OFFSET))
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
+        if all(_can_bind(host, p) for p in (port, port + BUS_OFFSET)):
+            _handed_out.add(port)
+            return port
     raise RuntimeError("no free port pair found")
+
+
+def _can_bind(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
