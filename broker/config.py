@@ -501,18 +501,28 @@ class Seed:
 _SEED_RE = re.compile(r"(?:\[([0-9A-Fa-f:.]+)\]|([^\s:@\[\]]+)):([0-9]+)(?:@([0-9]+))?")
 
 
-@dataclass(frozen=True)
-class SeedList(Kind):
-    """cluster-seeds: ``host:port[@bus-port]`` entries separated by commas (or
-    spaces); ``[v6addr]:port`` for IPv6 literals; empty for none."""
+class _AddressList(Kind):
+    """A directive of address entries separated by commas (or spaces), written
+    back as one quoted argument."""
 
     nargs = "+"
 
+    @staticmethod
+    def items(text: str) -> list[str]:
+        return [item for item in re.split(r"[,\s]+", text.strip()) if item]
+
+    def file_lines(self, value: Any) -> list[RewriteLine]:
+        return [(None, quote_arg(self.render(value)))]
+
+
+@dataclass(frozen=True)
+class SeedList(_AddressList):
+    """cluster-seeds: ``host:port[@bus-port]`` entries; ``[v6addr]:port`` for
+    IPv6 literals; empty for none."""
+
     def parse(self, text: str, current: Any) -> list[Seed]:
         seeds = []
-        for item in re.split(r"[,\s]+", text.strip()):
-            if not item:
-                continue
+        for item in self.items(text):
             m = _SEED_RE.fullmatch(item)
             if m is None:
                 raise ValueError(f"invalid seed '{item}': expected host:port")
@@ -525,9 +535,6 @@ class SeedList(Kind):
     def render(self, value: list[Seed]) -> str:
         return ",".join(map(str, value))
 
-    def file_lines(self, value: list[Seed]) -> list[RewriteLine]:
-        return [(None, quote_arg(self.render(value)))]
-
 
 _ADDR = r"(?:\[([0-9A-Fa-f:.]+)\]|([^\s:@=\[\],]+)):([0-9]+)"
 _ROUTE_RE = re.compile(_ADDR + "=" + _ADDR)
@@ -538,19 +545,14 @@ def _render_addr(host: str, port: int) -> str:
 
 
 @dataclass(frozen=True)
-class RouteList(Kind):
-    """cluster-bus-route (ext): ``host:busport=host:port`` entries separated by
-    commas (or spaces). The bus dials the second address to reach the peer that
+class RouteList(_AddressList):
+    """cluster-bus-route (ext): ``host:busport=host:port`` entries. The bus dials the second address to reach the peer that
     announces the first, e.g. a fault proxy per directed pair of nodes (the chaos
     suite); what is announced stays the real address."""
 
-    nargs = "+"
-
     def parse(self, text: str, current: Any) -> dict[tuple[str, int], tuple[str, int]]:
         routes = {}
-        for item in re.split(r"[,\s]+", text.strip()):
-            if not item:
-                continue
+        for item in self.items(text):
             m = _ROUTE_RE.fullmatch(item)
             if m is None:
                 raise ValueError(f"invalid route '{item}': expected host:busport=host:port")
@@ -564,9 +566,6 @@ class RouteList(Kind):
     def render(self, value: dict[tuple[str, int], tuple[str, int]]) -> str:
         return ",".join(f"{_render_addr(*src)}={_render_addr(*dst)}"
                         for src, dst in value.items())
-
-    def file_lines(self, value: dict) -> list[RewriteLine]:
-        return [(None, quote_arg(self.render(value)))]
 
 
 # --------------------------------------------------------------------------

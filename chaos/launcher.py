@@ -64,6 +64,25 @@ def _can_bind(host: str, port: int) -> bool:
     return True
 
 
+def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> int | None:
+    """SIGTERM, then SIGKILL after ``timeout`` seconds; the exit code."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def child_env() -> dict[str, str]:
+    """This environment, with the checkout importable from any directory."""
+    root = str(Path(__file__).resolve().parent.parent)
+    return dict(os.environ, PYTHONUNBUFFERED="1",
+                PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
              interval: float = 0.05) -> Any:
     """Poll ``predicate`` (exceptions count as "not yet") until it is truthy."""
@@ -105,11 +124,8 @@ class Node:
     def start(self, timeout: float = 20.0) -> None:
         argv = [sys.executable, "-m", "broker", "--port", str(self.port),
                 "--dir", str(self.dir), *self.args]
-        root = str(Path(__file__).resolve().parent.parent)
-        env = dict(os.environ, PYTHONUNBUFFERED="1",
-                   PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
         with open(self.dir / "stdout.log", "ab") as log:
-            self.proc = subprocess.Popen(argv, cwd=self.dir, env=env, stdin=subprocess.DEVNULL,
+            self.proc = subprocess.Popen(argv, cwd=self.dir, env=child_env(), stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT)
         self.paused = False
         wait_for(self._answers, timeout, f"{self.name} ({self.addr}) to answer PING")
@@ -148,12 +164,7 @@ class Node:
         if self.proc is None or self.proc.poll() is not None:
             return
         self.resume()
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc)
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -171,11 +182,8 @@ class ProxyServer:
                 "--log-level", "WARNING"]
         if seed is not None:
             argv += ["--seed", str(seed)]
-        root = str(Path(__file__).resolve().parent.parent)
-        env = dict(os.environ, PYTHONUNBUFFERED="1",
-                   PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
         self.log = open(log_path, "wb")
-        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(argv, env=child_env(), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=self.log)
         line = self.proc.stdout.readline().decode()
         m = re.search(r"http://([^\s]+):(\d+)", line)
@@ -185,12 +193,7 @@ class ProxyServer:
         self.host, self.port = m.group(1), int(m.group(2))
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        stop_process(self.proc)
         self.log.close()
 
 

@@ -16,6 +16,7 @@ from typing import AsyncIterator, Iterator
 import pytest
 import requests
 
+from chaos.launcher import stop_process
 from tests.harness import REPO_ROOT, _die_with_parent
 
 START_TIMEOUT = 15.0
@@ -59,15 +60,9 @@ class ProxyProcess:
             requests.delete(f"{self.url}/proxies/{name}", timeout=10)
 
     def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = stop_process(self.proc)
         self.proc.stdout.close()
-        return self.proc.returncode
+        return code
 
 
 @pytest.fixture(scope="module")
