@@ -166,3 +166,35 @@ def test_renamed_command_table():
     error = Config().rename_error(line("nosuch", "x", 3, "rename-command nosuch x", None),
                                   "No such command in rename-command")
     assert "at line 3" in str(error) and ">>> 'rename-command nosuch x'" in str(error)
+
+
+@pytest.mark.parametrize("text, routes", [
+    ("", {}),
+    ("10.0.0.2:17711=127.0.0.1:27002", {("10.0.0.2", 17711): ("127.0.0.1", 27002)}),
+    ("a:1=b:2, [::1]:3=[::1]:4 c:5=d:6", {
+        ("a", 1): ("b", 2), ("::1", 3): ("::1", 4), ("c", 5): ("d", 6)}),
+])
+def test_bus_routes_parse_and_render(text, routes):
+    c = Config()
+    c.set("cluster-bus-route", text)
+    assert c.cluster_bus_route == routes
+    c2 = Config()
+    c2.set("cluster-bus-route", c.render("cluster-bus-route"))
+    assert c2.cluster_bus_route == routes
+
+
+@pytest.mark.parametrize("text, error", [
+    ("a:1", "invalid route 'a:1'"), ("a:1=b", "invalid route"),
+    ("a:0=b:2", "port out of range"), ("a:1=b:65536", "port out of range"),
+])
+def test_bad_bus_routes(text, error):
+    with pytest.raises(ConfigError, match=error):
+        Config().set("cluster-bus-route", text)
+
+
+def test_bus_routes_from_a_file_and_rewrite():
+    c = Config()
+    c.load_text("cluster-bus-route a:1=b:2,c:3=d:4\n")
+    assert c.cluster_bus_route == {("a", 1): ("b", 2), ("c", 3): ("d", 4)}
+    assert 'cluster-bus-route "a:1=b:2,c:3=d:4"' in c.rewrite("")
+    assert "cluster-bus-route" not in Config().rewrite("")
