@@ -45,7 +45,7 @@ BENCH_ARGS ?=
 # cluster behind the fault proxy; e.g. CHAOS_ARGS="--seed 42 --seconds 120".
 CHAOS_ARGS ?= --nodes 5 --seconds 60
 
-.PHONY: all venv deps pydisque-venv test run bench chaos clean distclean
+.PHONY: all venv deps pydisque-venv test run bench bench-compiled chaos clean distclean
 
 all: venv
 
@@ -119,6 +119,15 @@ bench: deps venv
 	$(PY) bench/bench_cluster.py $(BENCH_ARGS)
 	$(PY) bench/bench_sdk.py $(BENCH_ARGS)
 	$(PY) bench/bench_http.py $(BENCH_ARGS)
+
+# The compiled-core experiment (issue 17): Cython and mypyc builds of the same
+# tree against the pure-Python one; installs the `bench` extra first.
+bench-compiled: venv $(VENV)/.bench-installed
+	$(PY) bench/bench_compiled.py $(BENCH_ARGS)
+
+$(VENV)/.bench-installed: $(VENV)/.installed
+	$(PIP) install -q -e '.[test,bench]' --config-settings editable_mode=compat
+	@touch $@
 
 chaos: venv
 	$(PY) -m chaos run --scenario all $(CHAOS_ARGS)

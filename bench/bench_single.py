@@ -17,6 +17,8 @@ Rows (``--only`` takes their names, comma-separated):
   getjob      GETJOB NOHANG FROM q    vs  RPOP q (queues pre-filled)  target >= 0.95x
   rss         RSS bytes per queued job after 1M ADDJOBs (pipelined),
               Redis RSS per LPUSHed element for reference           target <= 520 B
+  stall       longest PING round trip of one more client while 2M ADDJOBs
+              arrive pipelined (-c 50 -P 64), LPUSH for Redis         target <= 50 ms
   ceiling     the ceiling: a do-nothing RESP server in plain Python on the same
               event loop (bench/ceiling_server.py) answering ADDJOB, vs LPUSH
   ceiling-p16 the same with -P 16
@@ -30,13 +32,16 @@ from __future__ import annotations
 
 import os
 import platform
+import socket
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from typing import Callable
 
 from common import (
-    Server, body, bulk_load, call_int, median, parse_bench_args, redis_benchmark, settle,
+    HOST, Server, body, bulk_load, call_int, median, parse_bench_args, redis_benchmark, settle,
     start_ceiling, start_disquette, start_redis,
 )
 
@@ -214,11 +219,58 @@ def run_rss(ctx: Context) -> Result:
     return Result(per_job, per_elem, "B/job", redis_unit="B/elem")
 
 
+def longest_ping_stall(server: Server, cmd: list, n: int) -> float:
+    """The longest PING round trip (ms) seen by one more client, pinging every
+    millisecond, while ``n`` commands arrive from 50 clients pipelining 64 each."""
+    stop = threading.Event()
+    worst = [0.0]
+
+    def pinger() -> None:
+        with socket.create_connection((HOST, server.port)) as s:
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                s.sendall(b"*1\r\n$4\r\nPING\r\n")
+                reply = b""
+                while not reply.endswith(b"\r\n"):
+                    reply += s.recv(64)
+                worst[0] = max(worst[0], time.perf_counter() - t0)
+                time.sleep(0.001)
+
+    t = threading.Thread(target=pinger, daemon=True)
+    t.start()
+    try:
+        bulk_load(server.port, cmd, n, pipeline=64)
+    finally:
+        stop.set()
+        t.join()
+    return worst[0] * 1000
+
+
+def run_stall(ctx: Context) -> Result:
+    """Fresh processes: the stall grows with the jobs the node holds (the GC)."""
+    n = ctx.n(2_000_000)
+    ours = start_disquette()
+    try:
+        stall = longest_ping_stall(ours, ["ADDJOB", "q", BODY, "0"], n)
+        log(f"  stall: ours {stall:.0f} ms over {call_int(ours.port, 'QLEN', 'q'):,} jobs")
+    finally:
+        ours.stop()
+    redis = start_redis()
+    try:
+        rstall = longest_ping_stall(redis, ["LPUSH", "q", BODY], n)
+        log(f"  stall: redis {rstall:.0f} ms")
+    finally:
+        redis.stop()
+    return Result(stall, rstall, "ms", ratio=None)
+
+
 METRICS: list[Metric] = [
     Metric("addjob", "ADDJOB vs LPUSH, -c 50", "ratio", 0.9, run_addjob),
     Metric("addjob-p16", "ADDJOB vs LPUSH, -c 50 -P 16", "ratio", 0.4, run_addjob_p16),
     Metric("getjob", "GETJOB NOHANG vs RPOP, -c 50", "ratio", 0.95, run_getjob),
     Metric("rss", "RSS per queued job (100 B body)", "max", 520, run_rss),
+    Metric("stall", "longest PING round trip while 2M ADDJOBs arrive (-c 50 -P 64)", "max", 50,
+           run_stall),
     Metric("ceiling", "ceiling (do-nothing RESP, same loop) vs LPUSH, -c 50", "info", None,
            run_ceiling),
     Metric("ceiling-p16", "ceiling vs LPUSH, -c 50 -P 16", "info", None, run_ceiling_p16),

@@ -166,15 +166,17 @@ class Server:
         return f"<{self.kind} pid={self.pid} port={self.port}>"
 
 
-def start_disquette(*directives: str, port: int | None = None) -> Server:
+def start_disquette(*directives: str, port: int | None = None,
+                    root: Path = REPO_ROOT) -> Server:
     """``python -m broker --port P --dir D [--directive value ...]`` with this
-    interpreter (``make bench`` runs the project venv)."""
+    interpreter (``make bench`` runs the project venv), from the tree at ``root``
+    (this checkout unless a script built another copy)."""
     port = port or free_port()
     d = temp_dir("disquette-bench-")
     argv = [sys.executable, "-m", "broker", "--port", str(port), "--dir", d, *directives]
-    # The node runs in its temp dir: make this checkout importable from there.
+    # The node runs in its temp dir: make the tree importable from there.
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
     return Server("disquette", argv, port, d, env=env)
 
 
@@ -257,6 +259,15 @@ def rss_bytes(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """User and system CPU time a process has used so far (/proc/PID/stat):
+    per request, a figure other load on the machine disturbs less than rps."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    hz = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / hz, int(fields[12]) / hz
 
 
 def settle(server: Server, seconds: float = 0.3) -> None:
