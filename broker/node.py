@@ -232,6 +232,14 @@ class Node:
             self.serve_ready_queues()
         return reply
 
+    def command_name(self, name) -> bytes | None:
+        """The command a request's first word runs (rename-command applied),
+        by its own name (b"addjob"), or None if there is no such command."""
+        cmd = self.commands_anycase.get(name) if name.__class__ is bytes else None
+        if cmd is None:
+            cmd = self.commands.get(bytes(name).lower())
+        return cmd.name if cmd is not None else None
+
     def feed_monitors(self, client: Client, argv: list) -> None:
         now = self.clock()
         args = " ".join('"%s"' % a.decode("latin-1").replace("\\", "\\\\").replace('"', '\\"')

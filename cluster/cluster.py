@@ -68,6 +68,8 @@ class Cluster:
         # (the flat layout of a BATCH payload), in the order they were sent.
         self.batches: dict[str, list] = {}
         self.pending: dict[bytes, replication.PendingAdd] = {}
+        # client -> its sync ADDJOBs still waiting, oldest first (replies in order)
+        self.waiting_adds: dict = {}
         self.dummy_acks: dict[bytes, set] = {}   # dummy ack id -> nodes that said "unknown"
         self.hungry: set[bytes] = set()          # queues with clients waiting for jobs
         self.interest: dict[bytes, dict] = {}    # queue -> {asking node: until}

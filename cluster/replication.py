@@ -12,6 +12,8 @@ copies are confirmed one holder is told to queue the job (ENQUEUE).
 
 from __future__ import annotations
 
+from collections import deque
+
 from broker import lifecycle
 from broker.job import ACKED, QUEUED, WAIT_REPL, job_to_fields
 from broker.node import BLOCKED
@@ -34,7 +36,7 @@ NOREPL_LEAVING = Error("NOREPL Not enough reachable nodes for the requested repl
 class PendingAdd:
     """An ADDJOB whose copies are not all confirmed yet."""
 
-    __slots__ = ("job", "client", "deadline", "is_async", "external", "next_widen")
+    __slots__ = ("job", "client", "deadline", "is_async", "external", "next_widen", "reply")
 
     def __init__(self, job, client, deadline, is_async, external, next_widen) -> None:
         self.job = job
@@ -43,6 +45,23 @@ class PendingAdd:
         self.is_async = is_async
         self.external = external        # no local copy
         self.next_widen = next_widen
+        self.reply = None               # set when it ends, until the client gets it
+
+
+def _answer(cluster, p: PendingAdd, reply) -> None:
+    """The waiting client's reply. A client may have several sync ADDJOBs
+    waiting (a pipeline of them, see server/resp.py): their replies leave in
+    the order the commands came, whatever order their copies are confirmed in."""
+    client = p.client
+    if client is None:
+        return
+    p.client = None
+    p.reply = reply
+    waiting = cluster.waiting_adds[client]
+    while waiting and waiting[0].reply is not None:
+        cluster.node.outbox.append((client, waiting.popleft().reply))
+    if not waiting:
+        del cluster.waiting_adds[client]
 
 
 def replicate_new_job(cluster, client, job, timeout: int, is_async: bool, external: bool):
@@ -62,6 +81,8 @@ def replicate_new_job(cluster, client, job, timeout: int, is_async: bool, extern
     p = PendingAdd(job, None if is_async else client, now + timeout if timeout else 0,
                    is_async, external, now + WIDEN_EVERY_MS)
     cluster.pending[job.id] = p
+    if not is_async:
+        cluster.waiting_adds.setdefault(client, deque()).append(p)
     if not external:
         lifecycle.add_pending(node, job)    # wait-repl until confirmed (or ASYNC below)
     cluster.send_many(chosen, B.REPLJOB, job_to_fields(job))
@@ -82,8 +103,7 @@ def _achieved(cluster, p: PendingAdd, now: int) -> None:
         cluster.send(target, B.ENQUEUE, job.id)
     elif not p.is_async:
         lifecycle.activate(node, job, now)
-    if p.client is not None:
-        node.outbox.append((p.client, Status(job.id.decode())))
+    _answer(cluster, p, Status(job.id.decode()))
 
 
 def abort(cluster, p: PendingAdd, reply) -> None:
@@ -96,8 +116,7 @@ def abort(cluster, p: PendingAdd, reply) -> None:
     cluster.send_many(cluster.others_of(job), B.DELJOB, job.id)
     if not p.external and node.is_registered(job):
         lifecycle.delete(node, job)
-    if p.client is not None:
-        node.outbox.append((p.client, reply))
+    _answer(cluster, p, reply)
 
 
 def abort_all(cluster, reply) -> None:
@@ -118,10 +137,10 @@ def job_deleted(cluster, job) -> None:
     if p.client is None:
         return                          # ASYNC: answered at once
     if job.state == ACKED:
-        cluster.node.outbox.append((p.client, Status(job.id.decode())))
+        _answer(cluster, p, Status(job.id.decode()))
         return
     cluster.send_many(cluster.others_of(job), B.DELJOB, job.id)
-    cluster.node.outbox.append((p.client, NOREPL_REMOVED))
+    _answer(cluster, p, NOREPL_REMOVED)
 
 
 def jobs_flushed(cluster) -> None:
@@ -130,7 +149,7 @@ def jobs_flushed(cluster) -> None:
         del cluster.pending[p.job.id]
         if p.client is not None:
             cluster.send_many(cluster.others_of(p.job), B.DELJOB, p.job.id)
-            cluster.node.outbox.append((p.client, NOREPL_REMOVED))
+            _answer(cluster, p, NOREPL_REMOVED)
 
 
 def on_gotjob(cluster, sender: str, jid, now: int) -> None:
@@ -154,8 +173,7 @@ def tick(cluster, now: int) -> None:
             # A replica was delivered, processed and acked before we heard
             # enough GOTJOBs: the job was accepted, say so.
             del cluster.pending[job.id]
-            if p.client is not None:
-                node.outbox.append((p.client, Status(job.id.decode())))
+            _answer(cluster, p, Status(job.id.decode()))
             continue
         if job.etime <= now:
             # Expired first (a copy held elsewhere only: ours expires by its timer).
@@ -168,8 +186,7 @@ def tick(cluster, now: int) -> None:
             cluster.send_many(cluster.others_of(job), B.DELJOB, job.id)
             if not p.external:
                 lifecycle.delete(node, job)
-            if p.client is not None:
-                node.outbox.append((p.client, NOREPL_TIMEOUT))
+            _answer(cluster, p, NOREPL_TIMEOUT)
             continue
         if now >= p.next_widen:
             p.next_widen = now + WIDEN_EVERY_MS
@@ -206,6 +223,5 @@ def on_enqueue(cluster, sender: str, jid, now: int) -> None:
 
 
 def client_closed(cluster, client) -> None:
-    for p in cluster.pending.values():
-        if p.client is client:
-            p.client = None
+    for p in cluster.waiting_adds.pop(client, ()):
+        p.client = None

@@ -3,8 +3,12 @@
 Hot path, per read: feed the RESP reader, run each complete command through
 ``Node.handle_command``, encode the replies and write them in one call (through
 the output driver while the AOF is on: no reply before its records). A blocked
-command (GETJOB, sync ADDJOB) holds back the rest of the pipeline until its
-reply comes through ``deliver``. No decisions are made here.
+command holds back the rest of the pipeline until its reply comes through
+``deliver``, with one exception: the ADDJOBs right behind a sync ADDJOB that
+waits for its copies run at once, so a pipeline of them is replicated in
+parallel rather than one job per round trip; their replies wait in ``slots``
+and leave in order (the cluster answers one client's ADDJOBs in order), and
+any other command waits for all of them. No decisions are made here.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import asyncio
 import logging
 
 from broker.node import BLOCKED
+from collections import deque
+
 from protocol.resp import Error, ProtocolError, Reader, encode, get_encoder
 
 log = logging.getLogger("server.resp")
@@ -58,7 +64,7 @@ class ClientConnection(asyncio.Protocol):
     """One client socket. Replies are written in batches, one write per read."""
 
     __slots__ = ("server", "node", "driver", "transport", "client", "reader", "waiting",
-                 "closed", "overflow_check")
+                 "closed", "overflow_check", "slots", "held")
 
     def __init__(self, server) -> None:
         self.server = server
@@ -70,6 +76,10 @@ class ClientConnection(asyncio.Protocol):
         self.waiting = False    # a command of ours is blocked: hold back the rest
         self.closed = False
         self.overflow_check = None  # timer while over the output buffer soft limit
+        # Replies behind sync ADDJOBs still waiting for their copies, in order:
+        # encoded bytes, or None for an ADDJOB's reply still to come.
+        self.slots: deque = deque()
+        self.held = None        # the command (or ProtocolError) read while slots waited
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -173,18 +183,36 @@ class ClientConnection(asyncio.Protocol):
         proto = client.proto
         enc = get_encoder(proto)    # the connection's encoder: no protocol lookup per reply
         out = []
+        slots = self.slots
         while True:
-            try:
-                argv = gets()
-            except ProtocolError as e:
-                if out:
-                    self.write(b"".join(out))
-                self.protocol_error(e)
-                return
-            if argv is False:
+            argv = self.held
+            if argv is not None:
+                self.held = None
+            else:
+                try:
+                    argv = gets()
+                except ProtocolError as e:
+                    if slots:       # after the replies still to come
+                        self.held = e
+                        self.waiting = True
+                        break
+                    if out:
+                        self.write(b"".join(out))
+                    self.protocol_error(e)
+                    return
+                if argv is False:
+                    break
+            if slots and (argv.__class__ is ProtocolError
+                          or node.command_name(argv[0]) != b"addjob"):
+                self.held = argv    # runs once every waiting ADDJOB is answered
+                self.waiting = True
                 break
             reply = handle(client, argv)
             if reply is BLOCKED:
+                if client.last_cmd == b"addjob" and client.blocked_on is None \
+                        and not client.monitor:
+                    slots.append(None)  # a sync ADDJOB: its reply comes later
+                    continue
                 self.waiting = True
                 break
             if client.proto != proto:  # HELLO switched protocol: this reply uses the new one
@@ -194,7 +222,10 @@ class ClientConnection(asyncio.Protocol):
                 if reply is not None:
                     out.append(enc(reply))
                 break
-            out.append(enc(reply))
+            if slots:
+                slots.append(enc(reply))
+            else:
+                out.append(enc(reply))
         if out:
             data = b"".join(out)    # one reply: join returns it as is
             node.stats["total_net_output_bytes"] += len(data)
@@ -212,9 +243,27 @@ class ClientConnection(asyncio.Protocol):
         if self.closed:
             return
         data = encode(reply, self.client.proto)
+        slots = self.slots
+        if slots:
+            # The oldest waiting ADDJOB's reply, then every reply ready after it.
+            slots[slots.index(None)] = data
+            ready = []
+            while slots and slots[0] is not None:
+                ready.append(slots.popleft())
+            if not ready:
+                return
+            data = b"".join(ready)
         self.node.stats["total_net_output_bytes"] += len(data)
         self.write(data)
-        if self.waiting and self.client.blocked_on is None:
+        if slots:
+            return
+        if self.held is not None:
+            if self.held.__class__ is ProtocolError:
+                self.protocol_error(self.held)
+                return
+            self.waiting = False
+            self.process()
+        elif self.waiting and self.client.blocked_on is None:
             self.waiting = False
             if self.client.closing:
                 self.close()

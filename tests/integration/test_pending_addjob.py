@@ -10,9 +10,12 @@ import contextlib
 import time
 
 import pytest
+import redis
 
 from tests.harness import encode_command, module_factory
-from tests.integration.cluster_kit import Cluster, cmd, cont, healed, stop, wait
+from tests.integration.cluster_kit import (
+    JOB_ID_RE, Cluster, client, cmd, cont, healed, qlen, show, stop, wait,
+)
 
 pytestmark = pytest.mark.xdist_group("pending_addjob")
 
@@ -88,5 +91,62 @@ def test_cluster_reset_ends_a_pending_addjob(node_factory):
             wait(lambda: cmd(a, "JSCAN", "BUSYLOOP", "STATE", "wait-repl")[1])
             assert cmd(a, "CLUSTER", "RESET", "SOFT") == b"OK"
             assert r.read_reply(timeout=10) == REMOVED
+    finally:
+        cont(b)
+
+
+# ------------------------------------------ pipelines of synchronous ADDJOBs
+# The ADDJOBs right behind a sync ADDJOB waiting for its copies run at once
+# (their copies are made in parallel); every reply still leaves in order, and
+# any other command waits until all of them are answered (server/resp.py).
+
+def test_a_pipeline_of_sync_addjobs_is_answered_in_order(cl):
+    a = cl[0]
+    r = client(a)
+    pipe = r.pipeline(transaction=False)
+    expected = []
+    for i in range(300):
+        if i % 50 == 7:
+            pipe.execute_command("ADDJOB", "q", f"job-{i}", 5000, "REPLICATE", 0)
+            expected.append("error")
+        elif i % 50 == 8:
+            pipe.execute_command("ADDJOB", "q", f"job-{i}", 5000, "REPLICATE", 2, "ASYNC")
+            expected.append(f"job-{i}")
+        else:
+            pipe.execute_command("ADDJOB", "q", f"job-{i}", 5000, "REPLICATE", 2)
+            expected.append(f"job-{i}")
+    pipe.execute_command("QLEN", "q")       # runs after every ADDJOB is answered
+    replies = pipe.execute(raise_on_error=False)
+    assert len(replies) == 301
+    for want, got in zip(expected, replies):
+        if want == "error":
+            assert isinstance(got, redis.ResponseError) and "REPLICATE" in str(got)
+        else:
+            assert JOB_ID_RE.match(got), got
+            assert show(a, got)["body"] == want.encode()
+    added = sum(1 for w in expected if w != "error")
+    assert replies[-1] == added
+    assert len({x for x in replies[:-1] if not isinstance(x, Exception)}) == added
+
+
+def test_replies_behind_a_waiting_addjob_wait_for_it(cl):
+    """Node 1 frozen: the first ADDJOB (REPLICATE 2) waits for its copy; the
+    REPLICATE 1 ADDJOB behind it is done at once (its job is queued) but its
+    reply, and PING's, leave only after the first one's."""
+    a, b = cl[0], cl[1]
+    stop(b)
+    try:
+        with a.raw(timeout=30) as conn:
+            conn.send(encode_command("ADDJOB", "q", "first", 20000, "REPLICATE", 2)
+                      + encode_command("ADDJOB", "q", "second", 0, "REPLICATE", 1)
+                      + encode_command("PING"))
+            wait(lambda: qlen(a, "q") == 1, message="the second ADDJOB did not run at once")
+            assert conn.read_available(0.3) == b""      # nothing overtakes the first reply
+            cont(b)
+            first, second, pong = conn.read_replies(3, timeout=20)
+            assert JOB_ID_RE.match(first[1:-2]) and JOB_ID_RE.match(second[1:-2])
+            assert show(a, first[1:-2])["body"] == b"first"
+            assert show(a, second[1:-2])["body"] == b"second"
+            assert pong == b"+PONG\r\n"
     finally:
         cont(b)
