@@ -18,6 +18,7 @@ on the single redis-server with the same client count and pipelining:
   sync        ADDJOB q <100 B> 0 REPLICATE 3          the target: >= 0.4x
   sync-p16    the same with -P 16                      (reported, same 0.4x bar)
   async       ADDJOB q <100 B> 0 REPLICATE 3 ASYNC     (reported, same 0.4x bar)
+  sync-c1-p64 the sync ADDJOB from one client, -P 64     (reported, same 0.4x bar)
 
 The issue's target is the first row: a synchronously replicated ADDJOB (the
 client's answer waits for GOTJOB from two peers) at 0.4x of a Redis LPUSH that
@@ -67,6 +68,10 @@ ROWS = [
         ["ADDJOB", "q", BODY, "0", "REPLICATE", "3"], 16, 300_000),
     Row("async", "ADDJOB REPLICATE 3 ASYNC vs LPUSH, -c 50",
         ["ADDJOB", "q", BODY, "0", "REPLICATE", "3", "ASYNC"], 1, 100_000),
+    # One producer pipelining (a Spark task, SDK batches): its sync ADDJOBs are
+    # replicated in parallel, not one per round trip.
+    Row("sync-c1-p64", "ADDJOB REPLICATE 3 vs LPUSH, -c 1 -P 64",
+        ["ADDJOB", "q", BODY, "0", "REPLICATE", "3"], 64, 100_000, clients=1),
 ]
 REDIS_CMD = ["LPUSH", "q", BODY]
 
@@ -111,7 +116,8 @@ def measure(row: Row, cluster: list[Server], redis: Server, rounds: int, n: int
         for kind, server, cmd in sides:
             flush_all(cluster if kind == "disquette" else [redis])
             settle(server, 0.3)
-            rates[kind].append(redis_benchmark(server.port, cmd, n, pipeline=row.pipeline))
+            rates[kind].append(redis_benchmark(server.port, cmd, n, clients=row.clients,
+                                               pipeline=row.pipeline))
             if kind == "disquette":
                 wait_replicated(cluster)
         o, d = rates["disquette"][-1], rates["redis"][-1]
