@@ -20,6 +20,9 @@ Rows, medians of the rounds (the order of the sides alternates):
    (the node is one event loop: both sides then share its core).
 4. ``hook``: what the per-command latency histogram costs the command path,
    measured in process (ns per command, against one ADDJOB's cost).
+5. ``ceiling``: the ``single`` row against ``bench/http_ceiling_server.py``, an
+   aiohttp server on the same loop that reads the JSON and answers a constant
+   id: what one POST per job can reach here at all, with no job added.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from common import (  # noqa: E402
 )
 
 BODY = body(100)
-ROWS = ["single", "batch", "resp-under-http", "hook"]
+ROWS = ["single", "batch", "resp-under-http", "hook", "ceiling"]
 WRK_CONNECTIONS = 50
 
 
@@ -144,6 +147,35 @@ def hook_cost() -> tuple[float, float]:
     return t_hook - t_empty, per_addjob
 
 
+class HttpCeiling:
+    """bench/http_ceiling_server.py on a free port, stopped on exit."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                          "http_ceiling_server.py"), str(self.port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                req = urllib.request.Request(f"http://{HOST}:{self.port}/queues/q/jobs",
+                                             data=b"{}", method="POST")
+                with urllib.request.urlopen(req, timeout=1) as r:
+                    if r.status == 201:
+                        return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("http_ceiling_server.py did not start")
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
 def main(argv=None) -> int:
     args = parse_bench_args(argv, __doc__.splitlines()[0], ROWS)
     rounds = args.rounds or (1 if args.quick else 3)
@@ -156,7 +188,8 @@ def main(argv=None) -> int:
     one = json.dumps({"body": BODY}).encode()
     batch = json.dumps([{"body": BODY}] * 100).encode()
     res = {k: [] for k in ("resp", "single", "batch", "plain", "steady", "steady_rate",
-                           "saturated")}
+                           "saturated", "ceiling")}
+    ceiling = HttpCeiling() if "ceiling" in wanted else None
     for r in range(rounds):
         flush = lambda: node.call("DEBUG", "FLUSHALL")  # noqa: E731
         order = [0, 1] if r % 2 == 0 else [1, 0]
@@ -171,6 +204,9 @@ def main(argv=None) -> int:
                 if "batch" in wanted:
                     res["batch"].append(100 * wrk_post(http_port, "/queues/h/jobs", batch,
                                                        seconds))
+                if ceiling is not None:
+                    res["ceiling"].append(wrk_post(ceiling.port, "/queues/h/jobs", one,
+                                                   seconds))
         if "resp-under-http" in wanted:
             flush()
             res["plain"].append(resp_addjob(plain.port, n_resp))
@@ -209,6 +245,11 @@ def main(argv=None) -> int:
         row("POST one job per request", median(res["single"]), resp, 0.5)
     if res["batch"]:
         row("POST 100 jobs per request", median(res["batch"]), resp, 2)
+    if res["ceiling"]:
+        c = median(res["ceiling"])
+        print(f"| ceiling: bare aiohttp POST, no job added (http_ceiling_server.py) | "
+              f"{c:,.0f} requests/s | {resp:,.0f} jobs/s | {c / resp:.2f}x | (info) |")
+        ceiling.stop()
     if res["steady"]:
         print()
         print("| RESP ADDJOB | jobs/s | vs the node without HTTP | target |")
