@@ -27,6 +27,7 @@ Rows, medians of the rounds (the order of the sides alternates):
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import platform
@@ -88,7 +89,7 @@ class SteadyHttpLoad:
     with a dashboard's polls (GET /queues, GET /cluster) among them."""
 
     def __init__(self, port: int, rate: int) -> None:
-        self.base = f"http://{HOST}:{port}"
+        self.port = port
         self.rate = rate
         self.stop = threading.Event()
         self.done = 0
@@ -100,14 +101,20 @@ class SteadyHttpLoad:
         data = json.dumps({"body": BODY}).encode()
         next_at = time.monotonic()
         k = 0
+        # One keep-alive connection per thread, as a browser or an HTTP client
+        # library keeps: a connection per request would mostly measure connects.
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=30)
         while not self.stop.is_set():
             k += 1
             if k % 50 == 0:
-                urllib.request.urlopen(self.base + ("/queues" if k % 100 else "/cluster")).read()
+                conn.request("GET", "/queues" if k % 100 else "/cluster")
             else:
-                req = urllib.request.Request(self.base + "/queues/bg/jobs", data=data,
-                                             headers={"Content-Type": "application/json"})
-                urllib.request.urlopen(req).read()
+                conn.request("POST", "/queues/bg/jobs", body=data,
+                             headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            r.read()
+            if r.status >= 300:
+                raise RuntimeError(f"background load: HTTP {r.status}")
             self.done += 1
             next_at += 1 / per_thread
             delay = next_at - time.monotonic()

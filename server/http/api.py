@@ -246,8 +246,18 @@ class Api:
                             f"send {JSON} or {OCTETS}")
         doc = await self.read_json(request)
         if isinstance(doc, list):
-            argvs = [self.item_argv(queue, item, defaults, f"job {i}")
-                     for i, item in enumerate(doc)]
+            # Items that are just {"body": "<text>"} (the usual batch) take the
+            # request's options as they are: one argv built, copied per item.
+            plain = self.addjob_argv(queue, b"", defaults)
+            argvs = []
+            for i, item in enumerate(doc):
+                if item.__class__ is dict and len(item) == 1 \
+                        and item.get("body").__class__ is str:
+                    argv = plain.copy()
+                    argv[2] = item["body"].encode("utf-8", "surrogatepass")
+                    argvs.append(argv)
+                else:
+                    argvs.append(self.item_argv(queue, item, defaults, f"job {i}"))
             return await self.add_batch(session, argvs)
         if doc is None:
             raise bad_request("a job (a JSON object) or a JSON array of jobs is required")
@@ -259,19 +269,21 @@ class Api:
         copies). Items are independent, as the commands of a RESP pipeline:
         ``ids`` has an id or null per item, ``errors`` the failed ones; 201
         if all were added, else 207."""
-        futures = []
+        results = []                # replies, or futures of replies still to come
+        run = session.run
         for start in range(0, len(argvs), BATCH_SLICE):
             for argv in argvs[start:start + BATCH_SLICE]:
-                futures.append(session.submit(argv))
+                results.append(run(argv))
             session.flush()
             if start + BATCH_SLICE < len(argvs):
                 await asyncio.sleep(0)      # let other clients in
         ids, errors = [], []
-        for i, fut in enumerate(futures):
-            try:
-                reply = fut.result() if fut.done() else await fut
-            except ConnectionGone as e:
-                reply = Error(f"ERR {e}")
+        for i, reply in enumerate(results):
+            if isinstance(reply, asyncio.Future):
+                try:
+                    reply = reply.result() if reply.done() else await reply
+                except ConnectionGone as e:
+                    reply = Error(f"ERR {e}")
             if reply.__class__ is Error:
                 e = R.from_resp_error(reply)
                 ids.append(None)

@@ -97,6 +97,21 @@ class Session:
             self.driver.write_reply(conn, reply)
         return fut
 
+    def run(self, argv: list):
+        """``submit``, except that a reply nothing holds back (no AOF: there
+        are no records to wait for) is returned as it is, with no future: a
+        batch of thousands of ADDJOBs creates futures only for those that block."""
+        if self.driver.aof is not None:
+            return self.submit(argv)
+        conn = self._free_conn()
+        reply = self.node.handle_command(conn.client, argv)
+        if reply is not BLOCKED:
+            return reply
+        fut = self.loop.create_future()     # delivered after flush(), never before
+        conn.waiters.append(fut)
+        self.conn = None
+        return fut
+
     def flush(self) -> None:
         """After the inputs: what the driver does after any input."""
         self.driver.after_input()
