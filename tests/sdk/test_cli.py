@@ -21,6 +21,8 @@ import os, time
 OUT = os.environ["TASKS_OUT"]
 
 def record(job):
+    with open(OUT + ".started", "a") as f:
+        f.write(job.id + "\\n")
     time.sleep(float(os.environ.get("TASKS_SLEEP", "0")))
     with open(OUT, "a") as f:
         f.write(job.id + "\\n")
@@ -61,6 +63,11 @@ class WorkerProcess:
 
     def done(self) -> list[str]:
         return self.out.read_text().split() if self.out.exists() else []
+
+    def started(self) -> list[str]:
+        """Jobs whose ``record`` handler has begun."""
+        path = self.out.with_name(self.out.name + ".started")
+        return path.read_text().split() if path.exists() else []
 
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
@@ -124,7 +131,9 @@ def test_cli_second_signal_exits_at_once(dnode, tmp_path, workers, wait_until):
     jid = c.add_job("q", "long", retry=1)
     w = WorkerProcess(tmp_path, dnode.addr, "record", "--grace-period", "60", sleep=60)
     workers.append(w)
-    wait_until(lambda: c.show(jid)["state"] == "active")
+    # The handler runs (the node says "active" as soon as GETJOB answered,
+    # before the worker may have received the job).
+    wait_until(lambda: jid in w.started())
     w.signal(signal.SIGTERM)
     wait_until(lambda: "SIGTERM again exits at once" in (tmp_path / "worker.log").read_text())
     t0 = time.monotonic()
