@@ -74,7 +74,9 @@ def test_drain_waits_until_consumers_elsewhere_took_the_jobs(node_factory, wait_
         assert drain.poll() is None, "drain returned while the node still held a job"
         # A consumer on the other node gets the job (federation) and acks it:
         # the ack GC deletes every copy, the leaving node's too.
-        got = b.client().execute_command("GETJOB", "TIMEOUT", 10000, "FROM", "q")
+        # Under load (a loaded CI machine) federation may need a retry of its
+        # NEEDJOBS broadcast (2 s, then 4 s...): give it time.
+        got = b.client().execute_command("GETJOB", "TIMEOUT", 30000, "FROM", "q")
         assert got[0][1] == job
         assert b.client().execute_command("ACKJOB", job) == 1
         out, err = drain.communicate(timeout=30)
