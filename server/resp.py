@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-
-from broker.node import BLOCKED
 from collections import deque
 
+from broker.node import BLOCKED
 from protocol.resp import Error, ProtocolError, Reader, encode, get_encoder
 
 log = logging.getLogger("server.resp")
@@ -77,7 +76,8 @@ class ClientConnection(asyncio.Protocol):
         self.closed = False
         self.overflow_check = None  # timer while over the output buffer soft limit
         # Replies behind sync ADDJOBs still waiting for their copies, in order:
-        # encoded bytes, or None for an ADDJOB's reply still to come.
+        # encoded bytes, or None for an ADDJOB's reply still to come. Never
+        # starts with bytes: a reply ready before the first None is written.
         self.slots: deque = deque()
         self.held = None        # the command (or ProtocolError) read while slots waited
 
@@ -202,8 +202,7 @@ class ClientConnection(asyncio.Protocol):
                     return
                 if argv is False:
                     break
-            if slots and (argv.__class__ is ProtocolError
-                          or node.command_name(argv[0]) != b"addjob"):
+            if slots and node.command_name(argv[0]) != b"addjob":
                 self.held = argv    # runs once every waiting ADDJOB is answered
                 self.waiting = True
                 break
@@ -245,13 +244,12 @@ class ClientConnection(asyncio.Protocol):
         data = encode(reply, self.client.proto)
         slots = self.slots
         if slots:
-            # The oldest waiting ADDJOB's reply, then every reply ready after it.
-            slots[slots.index(None)] = data
-            ready = []
+            # The oldest waiting ADDJOB's reply (the cluster answers them in
+            # order), then every reply ready after it.
+            slots.popleft()
+            ready = [data]
             while slots and slots[0] is not None:
                 ready.append(slots.popleft())
-            if not ready:
-                return
             data = b"".join(ready)
         self.node.stats["total_net_output_bytes"] += len(data)
         self.write(data)
