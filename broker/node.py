@@ -25,7 +25,7 @@ from heapq import heappop, heappush
 from broker import lifecycle
 from broker.client import Client
 from broker.dispatch import F_DENYOOM, F_LOADING, F_NOAUTH, CommandError, dispatch_error
-from broker.job import ACKED, ACTIVE, B64_INDEX, FLAG_DELIVERED, SHARDS, Job, job_shard
+from broker.job import ACKED, ACTIVE, B64_INDEX, FLAG_DELIVERED, SHARDS, Job, job_shard, random_node_id
 from broker.queue import PAUSED_OUT, Queue
 from broker.timers import COMPACT_SLACK, RESOLUTION_MS as TIMER_RESOLUTION_MS, TimerWheel
 from protocol.resp import NULL_ARRAY, Error, Status
@@ -93,7 +93,7 @@ class Node:
                                  **{n.upper(): c for n, c in self.commands.items()}}
         # Our id and LEAVING flag belong to the cluster's node table when there is
         # one (see the properties below); these serve a node without a cluster.
-        self._myself_id = node_id or "%040x" % rng.getrandbits(160)
+        self._myself_id = node_id or random_node_id(rng)
         now = clock()
         self.start_time = now
         self.job_shards: list[dict] = [{} for _ in range(SHARDS)]

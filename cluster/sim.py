@@ -14,10 +14,10 @@ process. A failing test prints its seed; re-run it with that seed to replay it.
 The simulator is generic over the node: anything following :class:`SimNode`
 (a bare :class:`~cluster.membership.Membership`, or a whole broker node:
 server/sim_node.py). The only outputs it interprets are
-:class:`~cluster.membership.Send` (routed by address), :class:`~cluster.membership.SaveConfig`
+:class:`~cluster.outputs.Send` (routed by address), :class:`~cluster.outputs.SaveConfig`
 (kept as the host's nodes.conf, given back to the factory on restart) and
-:class:`~cluster.membership.DropLink` (forgets the simulated connection); everything
-else is handed to the observers and, for :class:`~cluster.membership.NodeEvent`,
+:class:`~cluster.outputs.DropLink` (forgets the simulated connection); everything
+else is handed to the observers and, for :class:`~cluster.outputs.NodeEvent`,
 recorded in the trace.
 
 Each host has a :class:`SimDisk` for its AOF: what was written survives a crash
@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from broker.aof_format import file_header
-from cluster.membership import (
-    DropLink, Link, Membership, NodeEvent, SaveConfig, Send, random_node_id,
-)
+from broker.job import random_node_id
+from cluster.membership import Membership
+from cluster.outputs import DropLink, Link, NodeEvent, SaveConfig, Send
 from protocol.bus import decode_body, encode_body
 
 __all__ = [

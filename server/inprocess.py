@@ -23,9 +23,10 @@ import random
 from broker import aof_format as fmt
 from broker.commands import COMMANDS
 from broker.config import Config
+from broker.job import random_node_id
 from broker.node import BLOCKED, Host, Node
 from cluster.cluster import Cluster
-from cluster.membership import Membership, random_node_id
+from cluster.membership import Membership
 from protocol.resp import encode
 from server.driver import OutputDriver
 

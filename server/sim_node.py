@@ -19,8 +19,9 @@ from __future__ import annotations
 import random
 
 from broker.config import Config
-from broker.job import ACKED
-from cluster.membership import DropLink, Membership, Send, random_node_id
+from broker.job import ACKED, random_node_id
+from cluster.membership import Membership
+from cluster.outputs import DropLink, Send
 from protocol import bus as B
 from server.inprocess import InProcessNode, ProcessExit, Replies
 
