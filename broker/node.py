@@ -240,6 +240,32 @@ class Node:
             cmd = self.commands.get(bytes(name).lower())
         return cmd.name if cmd is not None else None
 
+    # -------------------------------------------- what a client shell asks
+    def runs_while_adds_wait(self, argv: list) -> bool:
+        """May this request run while the client's sync ADDJOBs still wait for
+        their copies? Only another ADDJOB: its replication overlaps theirs and
+        its reply comes after theirs (the cluster answers one client's ADDJOBs
+        in order); anything else waits until they are all answered."""
+        return self.command_name(argv[0]) == b"addjob"
+
+    def waits_for_copies(self, client: Client) -> bool:
+        """After handle_command returned BLOCKED: a sync ADDJOB waiting for its
+        copies (the client's next ADDJOBs may run, see runs_while_adds_wait),
+        not a blocked GETJOB or a MONITOR (nothing more runs until answered)."""
+        return client.last_cmd == b"addjob" and client.blocked_on is None \
+            and not client.monitor
+
+    def idle_clients(self, now: int) -> list[Client]:
+        """The `timeout` directive: the clients idle more than that many seconds
+        at ``now`` (none when it is 0); blocked clients (their own TIMEOUT) and
+        MONITORs are exempt, as in Redis."""
+        if not self.config.timeout:
+            return []
+        limit = self.config.timeout * 1000
+        return [c for c in self.clients.values()
+                if now - c.last_interaction > limit and c.blocked_on is None
+                and not c.monitor]
+
     def feed_monitors(self, client: Client, argv: list) -> None:
         now = self.clock()
         args = " ".join('"%s"' % a.decode("latin-1").replace("\\", "\\\\").replace('"', '\\"')

@@ -728,3 +728,17 @@ class Membership:
                                                                 | FLAG_LEAVING), now)
             m.nodes[nid] = node
         return m
+
+    @classmethod
+    def bootstrap(cls, saved: str | None, *, ip: str, port: int, bus_port: int,
+                  rng: random.Random, node_timeout: int = 15000,
+                  now: int = 0) -> "Membership":
+        """A node's table at start: the one saved in nodes.conf (same id, same
+        peers), or, with no saved text (first start), a fresh one with a new
+        random id (SPEC §1). The one way every node starts: the process, the
+        in-process node, the simulator's nodes."""
+        if saved and saved.strip():
+            return cls.from_nodes_conf(saved, ip=ip, port=port, bus_port=bus_port, rng=rng,
+                                       node_timeout=node_timeout, now=now)
+        return cls(random_node_id(rng), ip, port, bus_port, node_timeout=node_timeout,
+                   rng=rng, now=now)

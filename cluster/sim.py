@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from broker.aof_format import file_header
-from broker.job import random_node_id
 from cluster.membership import Membership
 from cluster.outputs import DropLink, Link, NodeEvent, SaveConfig, Send
 from protocol.bus import decode_body, encode_body
@@ -421,13 +420,10 @@ def membership_factory(node_timeout: int = 1000) -> NodeFactory:
     first start takes a random id and saves at once (as the server does)."""
 
     def make(host: SimHost, saved: str | None, rng: random.Random, now: int) -> Membership:
-        if saved is not None:
-            return Membership.from_nodes_conf(
-                saved, ip=host.ip, port=host.port, bus_port=host.bus_port, rng=rng,
-                node_timeout=node_timeout, now=now)
-        m = Membership(random_node_id(rng), host.ip, host.port, host.bus_port,
-                       node_timeout=node_timeout, rng=rng, now=now)
-        host.saved = m.to_nodes_conf()
+        m = Membership.bootstrap(saved, ip=host.ip, port=host.port, bus_port=host.bus_port,
+                                 rng=rng, node_timeout=node_timeout, now=now)
+        if saved is None:
+            host.saved = m.to_nodes_conf()
         return m
 
     return make
