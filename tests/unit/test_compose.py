@@ -5,8 +5,6 @@ as it does in the process."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from broker.config import Config, ConfigError
