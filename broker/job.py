@@ -45,6 +45,12 @@ def valid_job_id(jid: bytes) -> bool:
     )
 
 
+def random_node_id(rng) -> str:
+    """SPEC §1: "Node ids are 40 lowercase hex chars, random at first start"
+    (``rng``: the injected random.Random)."""
+    return "%040x" % rng.getrandbits(160)
+
+
 _ID_PREFIX: dict[str, bytes] = {}   # node id -> b"D-<8 hex>-" (a handful per process)
 
 

@@ -25,7 +25,7 @@ from heapq import heappop, heappush
 from broker import lifecycle
 from broker.client import Client
 from broker.dispatch import F_DENYOOM, F_LOADING, F_NOAUTH, CommandError, dispatch_error
-from broker.job import ACKED, ACTIVE, B64_INDEX, FLAG_DELIVERED, SHARDS, Job, job_shard
+from broker.job import ACKED, ACTIVE, B64_INDEX, FLAG_DELIVERED, SHARDS, Job, job_shard, random_node_id
 from broker.queue import PAUSED_OUT, Queue
 from broker.timers import COMPACT_SLACK, RESOLUTION_MS as TIMER_RESOLUTION_MS, TimerWheel
 from protocol.resp import NULL_ARRAY, Error, Status
@@ -93,7 +93,7 @@ class Node:
                                  **{n.upper(): c for n, c in self.commands.items()}}
         # Our id and LEAVING flag belong to the cluster's node table when there is
         # one (see the properties below); these serve a node without a cluster.
-        self._myself_id = node_id or "%040x" % rng.getrandbits(160)
+        self._myself_id = node_id or random_node_id(rng)
         now = clock()
         self.start_time = now
         self.job_shards: list[dict] = [{} for _ in range(SHARDS)]
@@ -239,6 +239,32 @@ class Node:
         if cmd is None:
             cmd = self.commands.get(bytes(name).lower())
         return cmd.name if cmd is not None else None
+
+    # -------------------------------------------- what a client shell asks
+    def runs_while_adds_wait(self, argv: list) -> bool:
+        """May this request run while the client's sync ADDJOBs still wait for
+        their copies? Only another ADDJOB: its replication overlaps theirs and
+        its reply comes after theirs (the cluster answers one client's ADDJOBs
+        in order); anything else waits until they are all answered."""
+        return self.command_name(argv[0]) == b"addjob"
+
+    def waits_for_copies(self, client: Client) -> bool:
+        """After handle_command returned BLOCKED: a sync ADDJOB waiting for its
+        copies (the client's next ADDJOBs may run, see runs_while_adds_wait),
+        not a blocked GETJOB or a MONITOR (nothing more runs until answered)."""
+        return client.last_cmd == b"addjob" and client.blocked_on is None \
+            and not client.monitor
+
+    def idle_clients(self, now: int) -> list[Client]:
+        """The `timeout` directive: the clients idle more than that many seconds
+        at ``now`` (none when it is 0); blocked clients (their own TIMEOUT) and
+        MONITORs are exempt, as in Redis."""
+        if not self.config.timeout:
+            return []
+        limit = self.config.timeout * 1000
+        return [c for c in self.clients.values()
+                if now - c.last_interaction > limit and c.blocked_on is None
+                and not c.monitor]
 
     def feed_monitors(self, client: Client, argv: list) -> None:
         now = self.clock()

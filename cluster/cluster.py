@@ -22,7 +22,8 @@ import logging
 from broker import lifecycle
 from broker.job import FLAG_BCAST_QUEUED
 from cluster import acks, federation, replication, requeue
-from cluster.membership import Membership, NodeEvent, SaveConfig, Send
+from cluster.membership import Membership
+from cluster.outputs import NodeEvent, SaveConfig, Send
 from protocol import bus as B
 
 log = logging.getLogger("cluster")

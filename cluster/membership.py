@@ -13,7 +13,7 @@ message plus the :class:`Link` it came on), :meth:`Membership.tick` (call it eve
 :meth:`reset`, :meth:`set_leaving`) and the shell's link reports
 (:meth:`link_up`/:meth:`link_down`). Every one of them takes ``now`` (ms; pass
 wall-clock ms so CLUSTER NODES shows Redis-like timestamps) and returns a list of
-outputs:
+outputs (cluster/outputs.py):
 
 * :class:`Send` - a bus message for one node, with the address we believe it has;
 * :class:`DropLink` - close the link to a node (stale link, or node deleted);
@@ -36,20 +36,19 @@ from __future__ import annotations
 import ipaddress
 import random
 import re
-from dataclasses import dataclass
 from typing import Any, Iterable
 
+from broker.job import random_node_id
+from cluster.outputs import (
+    MYSELF_ID, NODE_ADDED, NODE_ADDRESS, NODE_DELETED, NODE_FAIL, NODE_LEAVING, NODE_PFAIL,
+    NODE_RECOVERED, DropLink, Link, NodeEvent, SaveConfig, Send,
+)
 from protocol.bus import (
     FAIL, FLAG_FAIL, FLAG_HANDSHAKE, FLAG_LEAVING, FLAG_MEET, FLAG_MYSELF, FLAG_NOADDR,
     FLAG_PFAIL, MEET, PING, PONG, WIRE_FLAGS, BusMessage, GossipEntry, flags_to_names,
 )
 
-__all__ = [
-    "Membership", "ClusterNode", "Link", "Send", "DropLink", "SaveConfig", "NodeEvent",
-    "MembershipError", "random_node_id", "is_node_id",
-    "NODE_ADDED", "NODE_DELETED", "NODE_PFAIL", "NODE_FAIL", "NODE_RECOVERED",
-    "NODE_LEAVING", "NODE_ADDRESS", "MYSELF_ID",
-]
+__all__ = ["Membership", "ClusterNode", "MembershipError", "is_node_id"]
 
 _HEX40 = re.compile(r"[0-9a-f]{40}\Z")
 
@@ -66,11 +65,6 @@ RANDOM_PING_PERIOD = 1000
 RANDOM_PING_SAMPLES = 5
 
 
-def random_node_id(rng: random.Random) -> str:
-    """SPEC §1: "Node ids are 40 lowercase hex chars, random at first start"."""
-    return "%040x" % rng.getrandbits(160)
-
-
 def is_node_id(s: str) -> bool:
     return isinstance(s, str) and _HEX40.match(s) is not None
 
@@ -78,65 +72,6 @@ def is_node_id(s: str) -> bool:
 class MembershipError(Exception):
     """An admin command cannot be applied; the text is the RESP error without the
     ``ERR`` prefix (Redis' wording)."""
-
-
-# -- inputs ------------------------------------------------------------------------
-
-@dataclass(slots=True, frozen=True)
-class Link:
-    """Where a bus message came from, as the shell saw the socket."""
-
-    peer_ip: str = ""      # the remote address (used when the sender announces no ip)
-    local_ip: str = ""     # our address on that socket (learnt as our ip on MEET)
-    node_id: str | None = None   # outbound links: the node id we dialled
-
-
-# -- outputs -------------------------------------------------------------------------
-
-@dataclass(slots=True, frozen=True)
-class Send:
-    """Send ``msg`` to ``node_id``; connect to (ip, bus_port) if there is no link.
-    The same message object may be the payload of many Sends (broadcast): encode it
-    once."""
-
-    node_id: str
-    ip: str
-    bus_port: int
-    msg: BusMessage
-
-
-@dataclass(slots=True, frozen=True)
-class DropLink:
-    """Close the outbound link to ``node_id``. ``forget``: the node left the table,
-    do not reconnect; otherwise the link looked stale (no pong for node_timeout/2
-    while pings are pending) and the next Send should reconnect."""
-
-    node_id: str
-    forget: bool
-
-
-@dataclass(slots=True, frozen=True)
-class SaveConfig:
-    """Write ``text`` to ``cluster-config-file`` (atomically: temp file + rename)."""
-
-    text: str
-
-
-NODE_ADDED = "added"          # a real node joined the table
-NODE_DELETED = "deleted"      # forgotten, reset, lost its address slot...
-NODE_PFAIL = "pfail"
-NODE_FAIL = "fail"            # detail: ("quorum", reporters, size) or ("msg", sender)
-NODE_RECOVERED = "recovered"  # PFAIL/FAIL cleared: it answered
-NODE_LEAVING = "leaving"      # detail: bool
-NODE_ADDRESS = "address"      # address changed (or lost: NOADDR)
-MYSELF_ID = "myid"            # RESET HARD gave us a new id
-
-
-@dataclass(slots=True, frozen=True)
-class NodeEvent:
-    kind: str
-    node_id: str
-    detail: Any = None
 
 
 # -- the node table ------------------------------------------------------------------
@@ -793,3 +728,17 @@ class Membership:
                                                                 | FLAG_LEAVING), now)
             m.nodes[nid] = node
         return m
+
+    @classmethod
+    def bootstrap(cls, saved: str | None, *, ip: str, port: int, bus_port: int,
+                  rng: random.Random, node_timeout: int = 15000,
+                  now: int = 0) -> "Membership":
+        """A node's table at start: the one saved in nodes.conf (same id, same
+        peers), or, with no saved text (first start), a fresh one with a new
+        random id (SPEC §1). The one way every node starts: the process, the
+        in-process node, the simulator's nodes."""
+        if saved and saved.strip():
+            return cls.from_nodes_conf(saved, ip=ip, port=port, bus_port=bus_port, rng=rng,
+                                       node_timeout=node_timeout, now=now)
+        return cls(random_node_id(rng), ip, port, bus_port, node_timeout=node_timeout,
+                   rng=rng, now=now)

@@ -14,10 +14,10 @@ process. A failing test prints its seed; re-run it with that seed to replay it.
 The simulator is generic over the node: anything following :class:`SimNode`
 (a bare :class:`~cluster.membership.Membership`, or a whole broker node:
 server/sim_node.py). The only outputs it interprets are
-:class:`~cluster.membership.Send` (routed by address), :class:`~cluster.membership.SaveConfig`
+:class:`~cluster.outputs.Send` (routed by address), :class:`~cluster.outputs.SaveConfig`
 (kept as the host's nodes.conf, given back to the factory on restart) and
-:class:`~cluster.membership.DropLink` (forgets the simulated connection); everything
-else is handed to the observers and, for :class:`~cluster.membership.NodeEvent`,
+:class:`~cluster.outputs.DropLink` (forgets the simulated connection); everything
+else is handed to the observers and, for :class:`~cluster.outputs.NodeEvent`,
 recorded in the trace.
 
 Each host has a :class:`SimDisk` for its AOF: what was written survives a crash
@@ -36,9 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from broker.aof_format import file_header
-from cluster.membership import (
-    DropLink, Link, Membership, NodeEvent, SaveConfig, Send, random_node_id,
-)
+from cluster.membership import Membership
+from cluster.outputs import DropLink, Link, NodeEvent, SaveConfig, Send
 from protocol.bus import decode_body, encode_body
 
 __all__ = [
@@ -421,13 +420,10 @@ def membership_factory(node_timeout: int = 1000) -> NodeFactory:
     first start takes a random id and saves at once (as the server does)."""
 
     def make(host: SimHost, saved: str | None, rng: random.Random, now: int) -> Membership:
-        if saved is not None:
-            return Membership.from_nodes_conf(
-                saved, ip=host.ip, port=host.port, bus_port=host.bus_port, rng=rng,
-                node_timeout=node_timeout, now=now)
-        m = Membership(random_node_id(rng), host.ip, host.port, host.bus_port,
-                       node_timeout=node_timeout, rng=rng, now=now)
-        host.saved = m.to_nodes_conf()
+        m = Membership.bootstrap(saved, ip=host.ip, port=host.port, bus_port=host.bus_port,
+                                 rng=rng, node_timeout=node_timeout, now=now)
+        if saved is None:
+            host.saved = m.to_nodes_conf()
         return m
 
     return make

@@ -1,2 +1,4 @@
 """The process and its shells (client RESP, cluster bus, AOF file), the output
-driver they share with in-process nodes and the simulator. See server/process.py."""
+driver they share with in-process nodes and the simulator. A node is composed
+in server/compose.py; the process runs it in server/process.py (set up by
+server/main.py)."""

@@ -41,7 +41,7 @@ import secrets as _secrets
 import ssl
 from typing import Callable
 
-from cluster.membership import Link
+from cluster.outputs import Link
 from protocol.bus import (
     AUTH_ACCEPT, AUTH_HELLO, AUTH_NONCE_SIZE, AUTH_PROOF, DEFAULT_MAX_FRAME_SIZE, AuthMessage,
     BusMessage, BusProtocolError, FrameReader, FrameSigner, auth_proof, encode_auth,

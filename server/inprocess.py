@@ -1,5 +1,7 @@
-"""A whole node in this process, without sockets: Config -> Node (with the real
-command table) + Cluster + the output driver, on a clock the caller sets.
+"""A whole node in this process, without sockets: Config -> Node (with the
+command table, rename-command applied) + Cluster + the output driver, composed
+as the process composes its node (server/compose.py), on a clock the caller
+sets.
 
 What it is for:
 - fast tests of argument parsing and reply shapes, driven on the node directly
@@ -21,13 +23,11 @@ from __future__ import annotations
 import random
 
 from broker import aof_format as fmt
-from broker.commands import COMMANDS
 from broker.config import Config
-from broker.node import BLOCKED, Host, Node
-from cluster.cluster import Cluster
-from cluster.membership import Membership, random_node_id
+from broker.node import BLOCKED, Host
+from cluster.membership import Membership
 from protocol.resp import encode
-from server.driver import OutputDriver
+from server.compose import compose_node
 
 
 class VirtualClock:
@@ -106,28 +106,27 @@ class DiskAOF:
 
 class InProcessNode:
     def __init__(self, config: Config | None = None, *, clock=None, rng=None,
+                 saved_nodes_conf: str | None = None, address=None,
                  membership: Membership | None = None, host: Host | None = None,
                  disk=None, bus=None, on_event=None, strict: bool = True) -> None:
-        """``bus``: where bus messages go: by default kept in ``self.sent``; an
-        object with ``send_output(send)`` gets the Send outputs; a real
+        """Composed as the process composes its node (server/compose.py).
+        ``saved_nodes_conf``: the node table to start from (None: a fresh id);
+        ``address``: (ip, port, bus port) announced, by default 127.0.0.1 and the
+        config's ports; ``membership``: a table already built (tests on a real
+        bus). ``bus``: where bus messages go: by default kept in ``self.sent``;
+        an object with ``send_output(send)`` gets the Send outputs; a real
         ClusterBus (server/bus.py) gets encoded frames."""
         self.config = config if config is not None else Config()
         self.clock = clock if clock is not None else VirtualClock()
-        rng = rng if rng is not None else random.Random(0)
-        now = self.clock()
-        if membership is None:
-            membership = Membership(random_node_id(rng), "127.0.0.1", self.config.port,
-                                    self.config.effective_bus_port, rng=rng, now=now,
-                                    node_timeout=self.config.cluster_node_timeout)
-        self.node = Node(self.config, self.clock, rng, host, node_id=membership.node_id,
-                         commands=COMMANDS, strict=strict)
-        self.cluster = Cluster(self.node, membership)
         self.sent: list = []            # bus messages, when no bus is given
         self.saved_nodes_conf = None
         bus = bus if bus is not None else self
-        self.driver = OutputDriver(self.node, self.cluster, bus=bus,
-                                   encode=not hasattr(bus, "send_output"),
-                                   save_nodes_conf=self._save_nodes_conf, on_event=on_event)
+        self.node, self.cluster, self.driver = compose_node(
+            self.config, clock=self.clock, rng=rng if rng is not None else random.Random(0),
+            host=host, saved_nodes_conf=saved_nodes_conf, membership=membership,
+            address=address or ("127.0.0.1", self.config.port, self.config.effective_bus_port),
+            bus=bus, encode=not hasattr(bus, "send_output"),
+            save_nodes_conf=self._save_nodes_conf, on_event=on_event, strict=strict)
         self.disk = disk
         if disk is not None and self.config.appendonly:
             self.load_from(disk)

@@ -8,7 +8,11 @@ command holds back the rest of the pipeline until its reply comes through
 waits for its copies run at once, so a pipeline of them is replicated in
 parallel rather than one job per round trip; their replies wait in ``slots``
 and leave in order (the cluster answers one client's ADDJOBs in order), and
-any other command waits for all of them. No decisions are made here.
+any other command waits for all of them. Which requests may run while ADDJOBs
+wait is the Node's rule (``runs_while_adds_wait``, ``waits_for_copies``); what
+this shell keeps is the order of the bytes on the socket. The rules that need
+the socket are applied here: maxclients and protected-mode when a connection
+is accepted, client-output-buffer-limit on asyncio's flow control.
 """
 
 from __future__ import annotations
@@ -202,14 +206,13 @@ class ClientConnection(asyncio.Protocol):
                     return
                 if argv is False:
                     break
-            if slots and node.command_name(argv[0]) != b"addjob":
+            if slots and not node.runs_while_adds_wait(argv):
                 self.held = argv    # runs once every waiting ADDJOB is answered
                 self.waiting = True
                 break
             reply = handle(client, argv)
             if reply is BLOCKED:
-                if client.last_cmd == b"addjob" and client.blocked_on is None \
-                        and not client.monitor:
+                if node.waits_for_copies(client):
                     slots.append(None)  # a sync ADDJOB: its reply comes later
                     continue
                 self.waiting = True

@@ -1,5 +1,5 @@
-"""A whole broker node (server/inprocess.py: Node + Cluster + the output driver)
-as a simulator node (cluster/sim.py).
+"""A whole broker node (server/inprocess.py: Node + Cluster + the output driver,
+composed as the process's: server/compose.py) as a simulator node (cluster/sim.py).
 
 The simulator drives anything with ``node_id``, ``handle_message``, ``tick`` and
 optionally ``next_deadline``/``link_up``/``link_down``, each returning the
@@ -20,35 +20,22 @@ import random
 
 from broker.config import Config
 from broker.job import ACKED
-from cluster.membership import DropLink, Membership, Send, random_node_id
+from cluster.outputs import DropLink, Send
 from protocol import bus as B
-from server.inprocess import InProcessNode, ProcessExit, Replies
-
-
-class _Clock:
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
+from server.inprocess import InProcessNode, ProcessExit, Replies, VirtualClock
 
 
 class BrokerSimNode(InProcessNode):
     def __init__(self, host, saved: str | None, rng: random.Random, now: int,
                  config: Config) -> None:
-        if saved is not None:
-            m = Membership.from_nodes_conf(saved, ip=host.ip, port=host.port,
-                                           bus_port=host.bus_port, rng=rng,
-                                           node_timeout=config.cluster_node_timeout, now=now)
-        else:
-            m = Membership(random_node_id(rng), host.ip, host.port, host.bus_port,
-                           node_timeout=config.cluster_node_timeout, rng=rng, now=now)
-            host.saved = m.to_nodes_conf()
         self.host = host
         self.sim = host.sim
         self.out: list = []
-        super().__init__(config, clock=_Clock(now), rng=rng, membership=m, bus=self,
+        super().__init__(config, clock=VirtualClock(now), rng=rng, saved_nodes_conf=saved,
+                         address=(host.ip, host.port, host.bus_port), bus=self,
                          disk=host.disk, on_event=self.out.append)
+        if saved is None:
+            host.saved = self.cluster.m.to_nodes_conf()     # a first start saves its new id
 
     @property
     def node_id(self) -> str:

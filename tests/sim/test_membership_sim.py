@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.membership import NODE_DELETED, NODE_FAIL, NODE_PFAIL, NODE_RECOVERED
+from cluster.outputs import NODE_DELETED, NODE_FAIL, NODE_PFAIL, NODE_RECOVERED
 from cluster.sim import NetworkConfig, Simulation, bus_codec, membership_factory
 from protocol.bus import FLAG_FAIL, FLAG_HANDSHAKE, FLAG_NOADDR, FLAG_PFAIL
 

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from broker.config import Config
+from broker.job import random_node_id
 from server.bus import ClusterBus
 from server.inprocess import InProcessNode
-from cluster.membership import Membership, random_node_id
+from cluster.membership import Membership
 from protocol import bus
 from protocol.bus import (
     BusMessage, BusProtocolError, FrameReader, GossipEntry, decode_body, encode_body,

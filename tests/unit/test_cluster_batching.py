@@ -6,9 +6,11 @@ import random
 
 from broker.commands import COMMANDS
 from broker.config import Config
+from broker.job import random_node_id
 from broker.node import BLOCKED, Node
 from cluster.cluster import Cluster
-from cluster.membership import ClusterNode, DropLink, Link, Membership, Send, random_node_id
+from cluster.membership import ClusterNode, Membership
+from cluster.outputs import DropLink, Link, Send
 from protocol import bus as B
 from protocol.bus import FrameReader, encode_frame
 from protocol.resp import Status

@@ -10,10 +10,11 @@ from collections import deque
 
 import pytest
 
-from cluster.membership import (
-    BLACKLIST_TTL, NODE_ADDED, NODE_DELETED, NODE_FAIL, NODE_PFAIL, NODE_RECOVERED,
-    DropLink, Link, Membership, MembershipError, NodeEvent, SaveConfig, Send,
-    random_node_id,
+from broker.job import random_node_id
+from cluster.membership import BLACKLIST_TTL, Membership, MembershipError
+from cluster.outputs import (
+    NODE_ADDED, NODE_DELETED, NODE_FAIL, NODE_PFAIL, NODE_RECOVERED, DropLink, Link,
+    NodeEvent, SaveConfig, Send,
 )
 from protocol.bus import (
     FAIL, FLAG_FAIL, FLAG_HANDSHAKE, FLAG_LEAVING, FLAG_NOADDR, FLAG_PFAIL, MEET, PING,

@@ -1,0 +1,96 @@
+"""The effects and facts the core asks of the process (broker/node.py Host),
+carried out for real: shutdown, CONFIG REWRITE's file, DEBUG SLEEP/CRASH/
+RESTART, INFO's memory and CPU figures, the AOF commands, and the run-time
+reconfiguration a CONFIG SET asks for (server/reconfigure.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from broker.dispatch import CommandError
+from broker.node import Host
+from protocol.resp import HiredisReader, Reader
+from server import reconfigure
+
+
+class ServerHost(Host):
+    """The effects the Node may ask for, on the running Server
+    (server/process.py)."""
+
+    def __init__(self, server) -> None:
+        self.server = server
+        self.pid = os.getpid()
+
+    def config_changed(self, name: str) -> None:
+        """A directive changed (CONFIG SET): apply it to the process; raising
+        ConfigError refuses the change."""
+        reconfigure.config_changed(self.server, name)
+
+    def shutdown(self, mode: str) -> None:
+        self.server.request_shutdown(mode)
+
+    def close_client(self, client) -> None:
+        if client.conn is not None:
+            client.conn.close()
+
+    def rewrite_config(self) -> None:
+        cfg = self.server.config
+        path = cfg.config_file
+        try:
+            with open(path, encoding="utf-8") as f:
+                old = f.read()
+        except FileNotFoundError:
+            old = ""
+        new = cfg.rewrite(old)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(new)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)   # DEBUG SLEEP blocks the whole server, as in Redis
+
+    def crash(self) -> None:
+        os.abort()
+
+    def restart(self) -> None:
+        self.server.restart()
+
+    @property
+    def multiplexing_api(self) -> str:
+        loop = self.server.loop
+        return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
+
+    @property
+    def resp_parser(self) -> str:
+        return "hiredis" if Reader is HiredisReader else "python"
+
+    def rss(self) -> int:
+        try:
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            return 0
+
+    def cpu(self) -> tuple[float, float]:
+        t = os.times()
+        return t.system, t.user
+
+    def aof_info(self):
+        aof = self.server.aof
+        return aof.info_fields() if aof is not None else None
+
+    def bgrewriteaof(self) -> str:
+        aof = self.server.aof
+        if aof is None:
+            raise CommandError("ERR AOF is not enabled")
+        return aof.start_rewrite()
+
+    def debug_loadaof(self) -> None:
+        aof = self.server.aof
+        if aof is None:
+            raise CommandError("ERR AOF is not enabled")
+        aof.debug_loadaof()
