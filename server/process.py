@@ -28,7 +28,7 @@ from broker.dispatch import CommandError
 from broker.node import Host, Node
 from cluster.cluster import Cluster, announced_address
 from cluster.membership import Membership
-from protocol.resp import HiredisReader, Reader
+from protocol.resp import READER
 from server import listeners
 from server.aof import AOFLoadError, AppendOnlyFile
 from server.bus import ClusterBus
@@ -91,7 +91,7 @@ class ServerHost(Host):
 
     @property
     def resp_parser(self) -> str:
-        return "hiredis" if Reader is HiredisReader else "python"
+        return READER
 
     def rss(self) -> int:
         try:
