@@ -10,7 +10,7 @@ import time
 
 from broker.dispatch import CommandError
 from broker.node import Host
-from protocol.resp import HiredisReader, Reader
+from protocol.resp import READER
 from server import reconfigure
 
 
@@ -66,7 +66,7 @@ class ServerHost(Host):
 
     @property
     def resp_parser(self) -> str:
-        return "hiredis" if Reader is HiredisReader else "python"
+        return READER
 
     def rss(self) -> int:
         try:

@@ -1,4 +1,5 @@
-"""protocol/resp.py: request readers (PyReader == HiredisReader) and reply encoder.
+"""protocol/request.py and request_c.pyx: the request readers (PyReader == CReader),
+and protocol/resp.py: the reply encoder.
 
 Reader tests run every input through both readers and require the same
 *trace*: after each feed, the commands returned and the error raised (if any).
@@ -9,6 +10,7 @@ same moment ("$99999999999" must fail before its body arrives).
 from __future__ import annotations
 
 import enum
+import random
 import socket
 
 import pytest
@@ -17,12 +19,12 @@ from hypothesis import strategies as st
 from redis._parsers import _HiredisParser, _RESP2Parser, _RESP3Parser
 from redis._parsers.encoders import Encoder
 
-from protocol import resp
+from protocol import request as resp_request, resp
+from protocol.request_c import CReader  # built by `make venv`: a missing build fails here
 from protocol.resp import (
     NULL_ARRAY,
     OK,
     Error,
-    HiredisReader,
     Map,
     ProtocolError,
     Push,
@@ -37,7 +39,7 @@ from protocol.resp import (
     string2ll,
 )
 
-READERS = [PyReader, HiredisReader]
+READERS = [PyReader, CReader]
 
 
 # ---------------------------------------------------------------------------
@@ -71,8 +73,8 @@ def trace(reader_cls, chunks, **limits):
 def both(chunks, **limits):
     """The trace both readers give; fails if they differ."""
     a = trace(PyReader, chunks, **limits)
-    b = trace(HiredisReader, chunks, **limits)
-    assert a == b, f"PyReader {a!r} != HiredisReader {b!r}"
+    b = trace(CReader, chunks, **limits)
+    assert a == b, f"PyReader {a!r} != CReader {b!r}"
     return a
 
 
@@ -152,36 +154,36 @@ def test_empty_and_null_multibulk_are_skipped():
 
 
 @pytest.mark.parametrize("data, text", [
-    (b"*x\r\n", resp.ERR_MBULK_LEN),
-    (b"*\r\n", resp.ERR_MBULK_LEN),
-    (b"*01\r\n", resp.ERR_MBULK_LEN),
-    (b"*+1\r\n", resp.ERR_MBULK_LEN),
-    (b"* 1\r\n", resp.ERR_MBULK_LEN),
-    (b"*-0\r\n", resp.ERR_MBULK_LEN),
-    (b"*-\r\n", resp.ERR_MBULK_LEN),
-    (b"*99999999999\r\n", resp.ERR_MBULK_LEN),
-    (b"*1048577\r\n", resp.ERR_MBULK_LEN),
-    (b"*-9223372036854775809\r\n", resp.ERR_MBULK_LEN),
-    (b"*99999999999999999999999\r\n", resp.ERR_MBULK_LEN),
-    (b"*1\rX$1\r\na\r\n", resp.ERR_MBULK_LEN),   # CR must be followed by LF
-    (b"*1\x00\r\n", resp.ERR_MBULK_LEN),
-    (b"*1\r\n$99999999999\r\n", resp.ERR_BULK_LEN),
-    (b"*1\r\n$-1\r\n", resp.ERR_BULK_LEN),
-    (b"*1\r\n$-5\r\n", resp.ERR_BULK_LEN),
-    (b"*1\r\n$x\r\n", resp.ERR_BULK_LEN),
-    (b"*1\r\n$\r\n", resp.ERR_BULK_LEN),
-    (b"*1\r\n$03\r\nabc\r\n", resp.ERR_BULK_LEN),
-    (b"*1\r\n$3\rXabc\r\n", resp.ERR_BULK_LEN),
-    (b"*1\r\n$536870913\r\n", resp.ERR_BULK_LEN),    # > 512 MB default
+    (b"*x\r\n", resp_request.ERR_MBULK_LEN),
+    (b"*\r\n", resp_request.ERR_MBULK_LEN),
+    (b"*01\r\n", resp_request.ERR_MBULK_LEN),
+    (b"*+1\r\n", resp_request.ERR_MBULK_LEN),
+    (b"* 1\r\n", resp_request.ERR_MBULK_LEN),
+    (b"*-0\r\n", resp_request.ERR_MBULK_LEN),
+    (b"*-\r\n", resp_request.ERR_MBULK_LEN),
+    (b"*99999999999\r\n", resp_request.ERR_MBULK_LEN),
+    (b"*1048577\r\n", resp_request.ERR_MBULK_LEN),
+    (b"*-9223372036854775809\r\n", resp_request.ERR_MBULK_LEN),
+    (b"*99999999999999999999999\r\n", resp_request.ERR_MBULK_LEN),
+    (b"*1\rX$1\r\na\r\n", resp_request.ERR_MBULK_LEN),   # CR must be followed by LF
+    (b"*1\x00\r\n", resp_request.ERR_MBULK_LEN),
+    (b"*1\r\n$99999999999\r\n", resp_request.ERR_BULK_LEN),
+    (b"*1\r\n$-1\r\n", resp_request.ERR_BULK_LEN),
+    (b"*1\r\n$-5\r\n", resp_request.ERR_BULK_LEN),
+    (b"*1\r\n$x\r\n", resp_request.ERR_BULK_LEN),
+    (b"*1\r\n$\r\n", resp_request.ERR_BULK_LEN),
+    (b"*1\r\n$03\r\nabc\r\n", resp_request.ERR_BULK_LEN),
+    (b"*1\r\n$3\rXabc\r\n", resp_request.ERR_BULK_LEN),
+    (b"*1\r\n$536870913\r\n", resp_request.ERR_BULK_LEN),    # > 512 MB default
     (b"*1\r\n+OK\r\n", "ERR Protocol error: expected '$', got '+'"),
     (b"*1\r\n:1\r\n", "ERR Protocol error: expected '$', got ':'"),
     (b"*2\r\n$1\r\na\r\n*1\r\n$1\r\nb\r\n", "ERR Protocol error: expected '$', got '*'"),
     (b"*1\r\n\r\n", "ERR Protocol error: expected '$', got ' '"),
     (b"*1\r\n-ERR\r\n", "ERR Protocol error: expected '$', got '-'"),
     (b"*1\r\n%1\r\n$1\r\na\r\n$1\r\nb\r\n", "ERR Protocol error: expected '$', got '%'"),
-    (b"*1\r\n$3\r\nfooXY", resp.ERR_BULK_CRLF),
-    (b"*1\r\n$3\r\nfoo\rX", resp.ERR_BULK_CRLF),
-    (b"*1\r\n$3\r\nfoo\n\r", resp.ERR_BULK_CRLF),
+    (b"*1\r\n$3\r\nfooXY", resp_request.ERR_BULK_CRLF),
+    (b"*1\r\n$3\r\nfoo\rX", resp_request.ERR_BULK_CRLF),
+    (b"*1\r\n$3\r\nfoo\n\r", resp_request.ERR_BULK_CRLF),
 ])
 def test_malformed_multibulk(data, text):
     for chunks in splits(data):
@@ -191,20 +193,20 @@ def test_malformed_multibulk(data, text):
 def test_huge_lengths_fail_before_the_body():
     # Only the header has arrived: no waiting for 99999999999 bytes.
     t = both([b"*1\r\n", b"$99999999999\r\n"])
-    assert t == [(0, []), (1, []), ("error", resp.ERR_BULK_LEN)]
+    assert t == [(0, []), (1, []), ("error", resp_request.ERR_BULK_LEN)]
     t = both([b"*99999999999\r\n"])
-    assert error(t) == resp.ERR_MBULK_LEN
+    assert error(t) == resp_request.ERR_MBULK_LEN
     # The same, after complete commands in the same chunk.
     t = both([multibulk(b"A") * 3 + b"*2\r\n$1\r\nx\r\n$99999999999\r\n"])
-    assert t == [(0, [[b"A"]] * 3), ("error", resp.ERR_BULK_LEN)]
+    assert t == [(0, [[b"A"]] * 3), ("error", resp_request.ERR_BULK_LEN)]
 
 
 def test_custom_limits():
     lim = dict(max_bulk_len=10, max_multibulk_len=3)
     assert parse(multibulk(b"x" * 10), **lim) == ([[b"x" * 10]], None)
-    assert parse(multibulk(b"x" * 11), **lim)[1] == resp.ERR_BULK_LEN
+    assert parse(multibulk(b"x" * 11), **lim)[1] == resp_request.ERR_BULK_LEN
     assert parse(multibulk(b"a", b"b", b"c"), **lim) == ([[b"a", b"b", b"c"]], None)
-    assert parse(multibulk(b"a", b"b", b"c", b"d"), **lim)[1] == resp.ERR_MBULK_LEN
+    assert parse(multibulk(b"a", b"b", b"c", b"d"), **lim)[1] == resp_request.ERR_MBULK_LEN
     # A big multibulk count is fine while within the limit: it just waits.
     assert both([b"*1048576\r\n$1\r\na\r\n"])[-1] == ("pending", 17)
 
@@ -214,14 +216,14 @@ def test_too_big_count_strings():
     # bytes arrive; a shorter header line simply waits.
     line = b"1" * (64 * 1024 - 1)  # with the '*' or '$': 64 KB exactly
     assert error(both([b"*" + line])) is None
-    assert error(both([b"*" + line + b"1"])) == resp.ERR_MBULK_TOO_BIG
+    assert error(both([b"*" + line + b"1"])) == resp_request.ERR_MBULK_TOO_BIG
     assert error(both([b"*1\r\n$" + line])) is None
-    assert error(both([b"*1\r\n$" + line + b"1"])) == resp.ERR_BULK_TOO_BIG
+    assert error(both([b"*1\r\n$" + line + b"1"])) == resp_request.ERR_BULK_TOO_BIG
     # A CR found in time but with garbage before it: the length is invalid.
-    assert error(both([b"*" + line[:100] + b"\r\n"])) == resp.ERR_MBULK_LEN
-    assert error(both([b"*" + line + b"1\r\n"])) == resp.ERR_MBULK_TOO_BIG
+    assert error(both([b"*" + line[:100] + b"\r\n"])) == resp_request.ERR_MBULK_LEN
+    assert error(both([b"*" + line + b"1\r\n"])) == resp_request.ERR_MBULK_TOO_BIG
     pieces = [b"*1\r\n$"] + [b"1" * 4096] * 17
-    assert error(both(pieces)) == resp.ERR_BULK_TOO_BIG
+    assert error(both(pieces)) == resp_request.ERR_BULK_TOO_BIG
 
 
 def test_large_body_in_small_chunks():
@@ -249,11 +251,11 @@ def test_many_arguments_in_small_chunks():
 def test_query_buffer_limit():
     lim = dict(max_query_buffer=100)
     # Incomplete data over the limit in one feed.
-    assert both([b"*1\r\n$200\r\n" + b"x" * 100], **lim)[-1] == ("error", resp.ERR_QUERY_BUFFER)
+    assert both([b"*1\r\n$200\r\n" + b"x" * 100], **lim)[-1] == ("error", resp_request.ERR_QUERY_BUFFER)
     # Growing past the limit over several feeds, parsed arguments included.
     chunks = [b"*3\r\n$40\r\n" + b"a" * 40 + b"\r\n", b"$40\r\n" + b"b" * 40, b"\r\n$5\r\n"]
     t = both(chunks, **lim)
-    assert t[-1] == ("error", resp.ERR_QUERY_BUFFER)
+    assert t[-1] == ("error", resp_request.ERR_QUERY_BUFFER)
     assert t[-2] == (2, [])
     # Complete commands are consumed, so a long session stays under it.
     t = both([multibulk(b"x" * 50)] * 50, **lim)
@@ -263,7 +265,7 @@ def test_query_buffer_limit():
     t = both([multibulk(b"x" * 90) + b"*1\r\n$20\r\n" + b"y" * 15], **lim)
     assert error(t) is None and commands(t) == [[b"x" * 90]]
     # Inline data without a newline counts too.
-    assert error(both([b"a" * 60, b"b" * 41], **lim)) == resp.ERR_QUERY_BUFFER
+    assert error(both([b"a" * 60, b"b" * 41], **lim)) == resp_request.ERR_QUERY_BUFFER
 
 
 def test_reader_stays_failed():
@@ -281,7 +283,7 @@ def test_reader_stays_failed():
         r.feed(b"x" * 11)
         with pytest.raises(ProtocolError) as e:
             r.gets()
-        assert str(e.value) == resp.ERR_QUERY_BUFFER
+        assert str(e.value) == resp_request.ERR_QUERY_BUFFER
         with pytest.raises(ProtocolError):
             r.gets()
         with pytest.raises(ProtocolError):
@@ -309,8 +311,8 @@ def test_returned_args_are_bytes():
             assert type(argv) is list and all(type(a) is bytes for a in argv)
 
 
-def test_hiredis_specific_inputs():
-    # Things hiredis.Reader accepts as replies but a request parser must not,
+def test_reply_types_are_not_requests():
+    # Reply types (nested arrays, +, :, RESP3 types) a request parser must refuse,
     # and top-level reply types that are inline commands for a server.
     cases = [
         b"*3\r\n+OK\r\n:5\r\n$-1\r\n",
@@ -375,7 +377,7 @@ def test_split_args(line, argv):
     (b"\r\n\n  \r\n\t\nPING\r\n", [[b"PING"]], None),
     (b"PING", [], None),
     (b'SET k "v 1"\r\nGET k\r\n', [[b"SET", b"k", b"v 1"], [b"GET", b"k"]], None),
-    (b'PING\r\nECHO "x\r\nPING\r\n', [[b"PING"]], resp.ERR_UNBALANCED),
+    (b'PING\r\nECHO "x\r\nPING\r\n', [[b"PING"]], resp_request.ERR_UNBALANCED),
     (b"$3\r\nfoo\r\n", [[b"$3"], [b"foo"]], None),
     (b"PING\r\n" + multibulk(b"A") + b"B\r\n", [[b"PING"], [b"A"], [b"B"]], None),
 ])
@@ -390,9 +392,9 @@ def test_inline_too_big():
     line = b"a" * (64 * 1024)
     assert commands(both([line + b"\n"])) == [[line]]
     assert error(both([line])) is None
-    assert error(both([line + b"a"])) == resp.ERR_INLINE_TOO_BIG
-    assert error(both([line + b"a\n"])) == resp.ERR_INLINE_TOO_BIG
-    assert error(both([b"a" * 30000] * 3)) == resp.ERR_INLINE_TOO_BIG
+    assert error(both([line + b"a"])) == resp_request.ERR_INLINE_TOO_BIG
+    assert error(both([line + b"a\n"])) == resp_request.ERR_INLINE_TOO_BIG
+    assert error(both([b"a" * 30000] * 3)) == resp_request.ERR_INLINE_TOO_BIG
 
 
 # ---------------------------------------------------------------------------
@@ -495,6 +497,45 @@ def test_property_valid_then_garbage(stream, garbage, cuts):
     assert commands(t)[:len(cmds)] == cmds
 
 
+# Integers at the edges of a C int64 and of Redis's string2ll rules: the
+# compiled reader parses lengths with C integers, the reference with Python's.
+EDGE_NUMBERS = [b"0", b"1", b"-1", b"00", b"-0", b"01", b"+1", b" 1", b"1 ", b"",
+                b"-", b"9223372036854775807", b"9223372036854775808",
+                b"-9223372036854775808", b"-9223372036854775809",
+                b"18446744073709551615", b"18446744073709551616",
+                b"99999999999999999999", b"999999999999999999999", b"-99999999999999999999",
+                b"4294967296", b"2147483648", b"1048576", b"1048577", b"1\x00", b"\xff"]
+
+
+@pytest.mark.parametrize("number", EDGE_NUMBERS)
+def test_edge_numbers_same_in_both_readers(number):
+    top = 2**63 - 1
+    for limits in ({}, dict(max_bulk_len=top, max_multibulk_len=top, max_query_buffer=top)):
+        both([b"*" + number + b"\r\n$1\r\na\r\n"], **limits)
+        both([b"*1\r\n$" + number + b"\r\n"], **limits)
+        both([b"*2\r\n$1\r\na\r\n$" + number + b"\r\nxyz\r\n"], **limits)
+
+
+def test_seeded_hostile_streams_split_at_every_byte():
+    """Random hostile streams (valid commands, RESP-looking garbage, huge and
+    negative lengths, inline lines with quotes) fed whole, cut at random and,
+    for the short ones, at every byte: both readers give the same trace."""
+    rng = random.Random(20261125)
+    pieces = TOKENS + [b"*3\r\n$6\r\nADDJOB\r\n$1\r\nq\r\n$1\r\nx\r\n",
+                       b"$-5\r\n", b"*-5\r\n", b"$9223372036854775808\r\n",
+                       b'SET "a b" \'c\'\r\n', b'"unbalanced\r\n', b"\x00\r\n",
+                       b"*1\r\n$5\r\nhello\r\n", b"*1\r\n$5\r\nhelloXY", b"\n\n"]
+    for _ in range(3000):
+        data = b"".join(rng.choice(pieces) for _ in range(rng.randint(1, 12)))
+        limits = rng.choice([{}, dict(max_bulk_len=8, max_multibulk_len=4,
+                                      max_query_buffer=24)])
+        both([data], **limits)
+        cuts = sorted(rng.randint(0, len(data)) for _ in range(rng.randint(1, 5)))
+        both(cut(data, cuts), **limits)
+        if len(data) <= 48:
+            both([data[i:i + 1] for i in range(len(data))], **limits)
+
+
 # ---------------------------------------------------------------------------
 # encoder: exact bytes
 # ---------------------------------------------------------------------------
@@ -537,7 +578,7 @@ ENCODE_CASES = [
     (Status("a\r\nb"), b"+a  b\r\n", b"+a  b\r\n"),
     (Error("ERR unknown command 'x'"), b"-ERR unknown command 'x'\r\n", b"-ERR unknown command 'x'\r\n"),
     (Error("ERR bad\nline"), b"-ERR bad line\r\n", b"-ERR bad line\r\n"),
-    (ProtocolError(resp.ERR_BULK_LEN), b"-ERR Protocol error: invalid bulk length\r\n",
+    (ProtocolError(resp_request.ERR_BULK_LEN), b"-ERR Protocol error: invalid bulk length\r\n",
      b"-ERR Protocol error: invalid bulk length\r\n"),
     (Map({b"server": b"disque", b"proto": 3}),
      b"*4\r\n$6\r\nserver\r\n$6\r\ndisque\r\n$5\r\nproto\r\n:3\r\n",
