@@ -26,6 +26,7 @@ import os
 import platform
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -42,7 +43,6 @@ _LOADED = re.compile(r"DB loaded from append only file: ([0-9.]+) seconds \((\d+
 
 
 def info_field(port: int, section: str, name: str) -> str:
-    import socket
     with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
         s.sendall(f"*2\r\n$4\r\nINFO\r\n${len(section)}\r\n{section}\r\n".encode())
         buf = b""

@@ -37,6 +37,7 @@ import os
 import sys
 import tempfile
 import time
+import timeit
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,9 @@ from common import (
     REPO_ROOT, Server, body, call_bulk, median, parse_bench_args, redis_benchmark, settle,
     start_disquette_cluster, start_redis, wait_cluster_joined,
 )
+
+sys.path.insert(0, str(REPO_ROOT))      # the checkout's packages (and tests/)
+from protocol import bus as B  # noqa: E402
 
 BODY = body(100)
 TARGET = 0.4
@@ -142,8 +146,8 @@ def secured_directives(kind: str, pki_dir: Path) -> list[str]:
     if "auth" in kind:
         out += ["--cluster-auth-pass", "a bench secret"]
     if "tls" in kind:
-        sys.path.insert(0, str(REPO_ROOT))
-        from tests.security.certs import CA     # the tests' certificate maker (cryptography)
+        # optional: the tests' certificate maker needs cryptography (the test extra)
+        from tests.security.certs import CA
 
         ca = CA(pki_dir / kind.replace("+", "-"))
         node = ca.issue("node")
@@ -165,11 +169,6 @@ def cpu_seconds(servers: list[Server]) -> float:
 def tag_cost_us(size: int) -> float:
     """CPU time to tag one frame of ``size`` bytes and check it on arrival
     (in this process: what cluster-auth-pass adds per frame, both ends)."""
-    import timeit
-
-    sys.path.insert(0, str(REPO_ROOT))
-    from protocol import bus as B
-
     key = B.session_keys("secret", b"d" * 32, b"l" * 32)[0]
     msg = B.BusMessage(B.GOTJOB, "a" * 40, "127.0.0.1", 7711, 17711, 0, [], b"x" * size)
     frame = B.encode_frame(msg)

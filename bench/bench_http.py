@@ -46,6 +46,9 @@ from common import (  # noqa: E402
     start_disquette,
 )
 
+sys.path.insert(0, str(REPO_ROOT))      # the checkout's packages, not an installed copy
+from server.inprocess import InProcessNode  # noqa: E402
+
 BODY = body(100)
 ROWS = ["single", "batch", "resp-under-http", "hook", "ceiling"]
 WRK_CONNECTIONS = 50
@@ -134,8 +137,6 @@ class SteadyHttpLoad:
 
 def hook_cost() -> tuple[float, float]:
     """(ns the latency histogram adds per command, ns of one in-process ADDJOB)."""
-    from server.inprocess import InProcessNode
-
     st = [0, 0] + [0] * 64
     n = 2_000_000
     t_hook = timeit.timeit("st[ns.bit_length() + 2] += 1", globals={"st": st, "ns": 9_000},
@@ -282,5 +283,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO_ROOT))
     sys.exit(main())

@@ -317,12 +317,12 @@ def print_table(rows: list[list[str]]) -> None:
 
 def environment() -> str:
     try:
-        import uvloop  # noqa: F401
+        import uvloop  # noqa: F401  (optional: not on Windows)
         loop = "uvloop"
     except ImportError:
         loop = "asyncio"
     try:
-        import hiredis
+        import hiredis  # optional: the pure-Python reader runs without it
         reader = f"hiredis {hiredis.__version__}"
     except ImportError:
         reader = "pure-Python reader"

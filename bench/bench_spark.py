@@ -21,7 +21,10 @@ import os
 import sys
 import time
 
+import redis
 from common import call, redis_benchmark, start_disquette_cluster, wait_cluster_joined
+
+from disquette.spark import partition_writer
 
 BODY_SQL = "concat(lpad(CAST(id AS STRING), 12, '0'), repeat('x', 88)) AS body"  # 100 bytes
 
@@ -33,8 +36,6 @@ def flush(nodes) -> None:
 
 def loop_writer(addrs: str):
     def write(rows):
-        import redis
-
         host, port = addrs.split(",")[0].split(":")
         r = redis.Redis(host, int(port))
         for row in rows:
@@ -55,9 +56,7 @@ def main() -> None:
                     help="rows for the (slow) per-row loop")
     args = ap.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from disquette.spark import partition_writer
+    from pyspark.sql import SparkSession  # optional: pyspark (the `spark` extra)
 
     nodes = start_disquette_cluster(3)
     wait_cluster_joined(nodes)

@@ -59,7 +59,7 @@ class Ceiling(asyncio.Protocol):
 def main() -> None:
     port = int(sys.argv[1])
     try:
-        import uvloop
+        import uvloop  # optional: not on Windows
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     except ImportError:
         pass

@@ -40,7 +40,7 @@ async def serve(port: int) -> None:
 
 def main() -> None:
     try:
-        import uvloop
+        import uvloop  # optional: not on Windows
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     except ImportError:
         pass

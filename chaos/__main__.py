@@ -20,6 +20,7 @@ from pathlib import Path
 from chaos.checker import check
 from chaos.history import HistoryError, read_history
 from chaos.report import summary_table, write_reports
+from chaos.run import run
 from chaos.scenarios import SCENARIOS
 
 
@@ -46,8 +47,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from chaos.run import run          # starts processes: imported only to run
-
     names = list(SCENARIOS) if "all" in args.scenario else args.scenario
     outcomes = run(names, nodes=args.nodes, seconds=args.seconds, seed=args.seed,
                    out=Path(args.out), toxiproxy_url=args.toxiproxy, rate=args.rate,

@@ -59,7 +59,7 @@ def _dead_queue(args: argparse.Namespace) -> str:
 def cmd_worker(args: argparse.Namespace) -> int:
     handler = load_handler(args.handler)
     if args.metrics_port:
-        import prometheus_client
+        import prometheus_client   # optional (the `metrics` extra): only with --metrics-port
 
         prometheus_client.start_http_server(args.metrics_port)
     worker = Worker(_client(args), _split(args.queue), handler, concurrency=args.concurrency,

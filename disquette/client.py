@@ -10,9 +10,10 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .aio import AsyncClient
 from .clientbase import (
     CONNECTION_ERRORS, REFRESH_ERRORS, REPLY_ERRORS, ClientBase, NodeFailed, batch_lost,
-    classify_lost, classify_reply_error, log, tag_item,
+    classify_lost, classify_reply_error, log, options_of, tag_item,
 )
 from .commands import (
     Request, _parse_scan, batch_requests, peek_request, scan_args, take_request,
@@ -262,9 +263,6 @@ class Client(ClientBase):
     # -- lifecycle
     def as_async(self) -> Any:
         """An AsyncClient with the same options, starting on the same node."""
-        from .aio import AsyncClient
-        from .clientbase import options_of
-
         return AsyncClient(**options_of(self))
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ import redis.exceptions
 from redis.backoff import ExponentialWithJitterBackoff
 
 from .commands import Commands, Request, parse_hello_reply
+from .dead_letters import DeadLetter
 from .errors import (
     DisqueError, LeavingError, LoadingError, NoNodeAvailableError, ReplyError, ReplyLostError,
     reply_error,
@@ -210,8 +211,6 @@ class ClientBase(Commands):
         return dict(host=host, port=port, **self._conn_kwargs)
 
     def _dead_queue_jobs(self, jobs: list[Job]) -> list[Any]:
-        from .dead_letters import DeadLetter
-
         return [DeadLetter.from_job(j, self.serializer) for j in jobs]
 
     def __repr__(self) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, NamedTuple
 
+from redis._parsers.helpers import parse_info  # redis-py's INFO reader
+
 from .job import Job, text
 from .topology import parse_hello
 
@@ -147,8 +149,6 @@ def parse_hello_reply(reply: Any, client: Any, node: str) -> Any:
 
 
 def _parse_info(reply: Any, client: Any, node: str) -> dict[str, Any]:
-    from redis._parsers.helpers import parse_info  # redis-py's INFO reader
-
     return parse_info(reply.decode() if isinstance(reply, bytes) else str(reply))
 
 

@@ -204,10 +204,10 @@ class Worker:
         In the main thread, SIGTERM and SIGINT stop it gracefully; a second
         signal exits at once."""
         try:
-            import uvloop
+            import uvloop  # optional: a dependency everywhere but on Windows
 
             factory: Any = uvloop.new_event_loop
-        except ImportError:  # pragma: no cover - uvloop is a dependency
+        except ImportError:  # pragma: no cover
             factory = None
         with asyncio.Runner(loop_factory=factory) as runner:
             runner.run(self._serve_with_signals())

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from broker.commands import F_ADMIN, SYNTAX_ERROR, CommandError, command, parse_int
+from broker.commands.args import SYNTAX_ERROR, parse_int
+from broker.commands.table import command
+from broker.dispatch import F_ADMIN, CommandError
 from cluster.membership import MembershipError
 from protocol.resp import OK, Error, Status
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hmac
 
-from broker.commands import (
-    F_FAST, F_LOADING, F_NOAUTH, SYNTAX_ERROR, CommandError, command, parse_int,
-)
+from broker.commands.args import SYNTAX_ERROR, parse_int
+from broker.commands.table import command
+from broker.dispatch import F_FAST, F_LOADING, F_NOAUTH, CommandError
 from protocol.resp import OK, Error, Map, Status
 
 VERSION = "0.1.0"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from broker import lifecycle
-from broker.commands import SYNTAX_ERROR, CommandError, command, parse_int, parse_timeout_ms
+from broker.commands.args import SYNTAX_ERROR, parse_int, parse_timeout_ms
+from broker.commands.table import command
+from broker.dispatch import CommandError
 from broker.node import BLOCKED, job_reply
 from broker.queue import PAUSED_OUT
 from protocol.resp import NULL_ARRAY, Error

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from broker.commands import (
-    F_DENYOOM, F_FAST, F_WRITE, SYNTAX_ERROR, CommandError, command, parse_int,
-    parse_job_ids, parse_timeout_ms,
-)
 from broker import lifecycle
+from broker.commands.args import SYNTAX_ERROR, parse_int, parse_job_ids, parse_timeout_ms
+from broker.commands.table import command
+from broker.dispatch import F_DENYOOM, F_FAST, F_WRITE, CommandError
 from broker.job import (
     ACKED, BADID, DEFAULT_RETRY_MAX, DEFAULT_TTL, FLAG_DUMMY_ACK, WAIT_REPL, valid_job_id,
 )

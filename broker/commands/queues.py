@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from broker.commands import F_FAST, SYNTAX_ERROR, CommandError, command, parse_int
+from broker.commands.args import SYNTAX_ERROR, parse_int
+from broker.commands.table import command
+from broker.dispatch import F_FAST, CommandError
 from broker.node import job_reply
 from broker.queue import PAUSED_IN, PAUSED_OUT, Queue
 from protocol.resp import NULL_ARRAY, Status

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import zlib
 
-from broker.commands import SYNTAX_ERROR, CommandError, c_integer, command, parse_int
+from broker.commands.args import SYNTAX_ERROR, c_integer, parse_int
+from broker.commands.table import command
+from broker.dispatch import CommandError
 from broker.commands.jobs import show_fields
 from broker.job import FLAG_DUMMY_ACK, SHARDS, STATE_BY_NAME
 from protocol.resp import Status

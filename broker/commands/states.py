@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from broker import lifecycle
-from broker.commands import F_DENYOOM, F_FAST, F_WRITE, command, parse_job_ids
+from broker.commands.args import parse_job_ids
+from broker.commands.table import command
+from broker.dispatch import F_DENYOOM, F_FAST, F_WRITE
 from broker.job import ACKED, BADID, QUEUED, valid_job_id
 from protocol.resp import Error
 

@@ -19,7 +19,8 @@ import socket
 import struct
 from typing import Any, Callable
 
-from chaos.proxy.toxics import DIRECTIONS, UPSTREAM, Chunk, Noop, ToxicSpec
+from chaos.proxy.stage import Chunk
+from chaos.proxy.toxics import DIRECTIONS, UPSTREAM, Noop, ToxicSpec
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,9 @@ HIGH_WATER = 4 * 1024 * 1024
 CLOSE_GRACE = 5.0                # seconds to flush on close before aborting
 
 
-class Stage:
-    """One toxic running on one link; what ``Toxic.pipe`` talks to."""
+class LinkStage:
+    """One toxic running on one link: the ``Stage`` (chaos/proxy/stage.py) its
+    ``Toxic.pipe`` talks to."""
 
     def __init__(self, link: "Link", spec: ToxicSpec, index: int) -> None:
         self.link = link
@@ -99,7 +101,7 @@ class Link:
         self.direction = direction
         self.source, self.dest = source, dest
         self.queues: list[asyncio.Queue] = [asyncio.Queue() for _ in range(len(chain) + 1)]
-        self.stages = [Stage(self, spec, i) for i, spec in enumerate(chain)]
+        self.stages = [LinkStage(self, spec, i) for i, spec in enumerate(chain)]
         self.in_flight = 0
         self.room = asyncio.Event()
         self.room.set()
@@ -119,7 +121,7 @@ class Link:
         try:
             while data := await self.source.read(READ_SIZE):
                 self.in_flight += len(data)
-                self.queues[0].put_nowait(Chunk(data, Stage.now()))
+                self.queues[0].put_nowait(Chunk(data, LinkStage.now()))
                 if self.in_flight > HIGH_WATER:
                     self.room.clear()
                     await self.room.wait()
@@ -144,11 +146,11 @@ class Link:
     def add_toxic(self, spec: ToxicSpec) -> None:
         index = len(self.stages)
         self.queues.insert(index, asyncio.Queue())
-        stage = Stage(self, spec, index)
+        stage = LinkStage(self, spec, index)
         self.stages.append(stage)
         stage.start()
 
-    def _stage_of(self, spec: ToxicSpec) -> Stage | None:
+    def _stage_of(self, spec: ToxicSpec) -> LinkStage | None:
         return next((s for s in self.stages if s.spec is spec), None)
 
     async def update_toxic(self, spec: ToxicSpec) -> None:

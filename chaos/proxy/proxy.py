@@ -92,8 +92,8 @@ class Proxy:
         self.name, self.listen, self.upstream = name, listen, upstream
         self.enabled = False
         self.rng = rng
-        self.toxics = ToxicCollection(self)
         self.connections: set[Connection] = set()
+        self.toxics = ToxicCollection(self.connections)
         self.lock = asyncio.Lock()
         self._server: asyncio.Server | None = None
         self._accepting: set[asyncio.Task] = set()

@@ -4,15 +4,12 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 from chaos.proxy import errors
 from chaos.proxy.gojson import FLOAT32, STRING, field
-from chaos.proxy.link import Link
+from chaos.proxy.link import Connection, Link
 from chaos.proxy.toxics import DIRECTIONS, DOWNSTREAM, TOXIC_TYPES, ToxicSpec
-
-if TYPE_CHECKING:
-    from chaos.proxy.proxy import Proxy
 
 WRAPPER_FIELDS = {"name": STRING, "type": STRING, "stream": STRING, "toxicity": FLOAT32}
 
@@ -22,8 +19,8 @@ def _decode(value: Any, fields: dict[str, str], into: dict, struct: str) -> dict
 
 
 class ToxicCollection:
-    def __init__(self, proxy: "Proxy") -> None:
-        self.proxy = proxy
+    def __init__(self, connections: set[Connection]) -> None:
+        self.connections = connections     # the proxy's live connections (its own set)
         self.chains: dict[str, list[ToxicSpec]] = {d: [] for d in DIRECTIONS}
         # Held while a chain changes and while a new connection copies it, so
         # every connection sees each change exactly once.
@@ -39,7 +36,7 @@ class ToxicCollection:
         return {d: list(chain) for d, chain in self.chains.items()}
 
     def _links(self, direction: str) -> Iterator[Link]:
-        for conn in list(self.proxy.connections):
+        for conn in list(self.connections):
             yield conn.links[direction]
 
     async def add_json(self, data: bytes) -> ToxicSpec:

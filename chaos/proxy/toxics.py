@@ -1,6 +1,7 @@
 """The toxics, as Toxiproxy defines them (``toxics/*.go``).
 
-A toxic is a stage in one direction of a connection.  ``pipe(stage)`` reads
+A toxic is a stage in one direction of a connection.  ``pipe(stage)`` (a
+``Stage``, chaos/proxy/stage.py) reads
 chunks with ``await stage.get()`` (``None`` is end of stream), passes them on
 with ``stage.put``, ends the stream with ``stage.close()``.  Toxiproxy
 interrupts a running toxic to add, update or remove one; here that is task
@@ -16,21 +17,13 @@ from __future__ import annotations
 import asyncio
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from chaos.proxy.gojson import INT, INT64
-
-if TYPE_CHECKING:
-    from chaos.proxy.link import Stage
+from chaos.proxy.stage import Chunk, Stage
 
 UPSTREAM, DOWNSTREAM = "upstream", "downstream"
 DIRECTIONS = (UPSTREAM, DOWNSTREAM)          # Toxiproxy's order: upstream chain first
-
-
-@dataclass(slots=True)
-class Chunk:
-    data: bytes
-    ts: float          # loop time it was read; latency toxics move it forward
 
 
 class Toxic:
@@ -50,17 +43,17 @@ class Toxic:
         """Per-connection state that survives updates (Go's StatefulToxic)."""
         return None
 
-    async def pipe(self, stage: "Stage") -> None:
+    async def pipe(self, stage: Stage) -> None:
         raise NotImplementedError
 
-    def cleanup(self, stage: "Stage") -> None:
+    def cleanup(self, stage: Stage) -> None:
         """Called when the toxic is removed from a live connection."""
 
 
 class Noop(Toxic):
     type_name = "noop"
 
-    async def pipe(self, stage: "Stage") -> None:
+    async def pipe(self, stage: Stage) -> None:
         while (chunk := await stage.get()) is not None:
             stage.put(chunk)
         stage.close()
@@ -78,7 +71,7 @@ class Latency(Toxic):
             ms += rng.randrange(self.jitter * 2) - self.jitter
         return ms / 1000
 
-    async def pipe(self, stage: "Stage") -> None:
+    async def pipe(self, stage: Stage) -> None:
         while (chunk := await stage.get()) is not None:
             sleep = self.delay(stage.rng) - (stage.now() - chunk.ts)
             try:
@@ -97,7 +90,7 @@ class Bandwidth(Toxic):
     type_name = "bandwidth"
     fields = {"rate": INT64}
 
-    async def pipe(self, stage: "Stage") -> None:
+    async def pipe(self, stage: Stage) -> None:
         debt = 0.0                      # seconds owed, corrected by oversleep
         rate = self.rate
         while (chunk := await stage.get()) is not None:
@@ -128,7 +121,7 @@ class SlowClose(Toxic):
     type_name = "slow_close"
     fields = {"delay": INT64}
 
-    async def pipe(self, stage: "Stage") -> None:
+    async def pipe(self, stage: Stage) -> None:
         while (chunk := await stage.get()) is not None:
             stage.put(chunk)
         try:
@@ -145,7 +138,7 @@ class Timeout(Toxic):
     type_name = "timeout"
     fields = {"timeout": INT64}
 
-    async def pipe(self, stage: "Stage") -> None:
+    async def pipe(self, stage: Stage) -> None:
         while True:
             if self.timeout > 0:
                 try:
@@ -161,7 +154,7 @@ class Timeout(Toxic):
                 return
             stage.discard(chunk)
 
-    def cleanup(self, stage: "Stage") -> None:
+    def cleanup(self, stage: Stage) -> None:
         stage.close()
 
 
@@ -174,7 +167,7 @@ class ResetPeer(Toxic):
     type_name = "reset_peer"
     fields = {"timeout": INT64}
 
-    async def pipe(self, stage: "Stage") -> None:
+    async def pipe(self, stage: Stage) -> None:
         chunk = await stage.get()
         if chunk is not None:
             stage.discard(chunk)
@@ -204,7 +197,7 @@ class Slicer(Toxic):
         mid = min(max(mid, start + 1), end - 1)
         return self.offsets(start, mid, rng) + self.offsets(mid, end, rng)
 
-    async def pipe(self, stage: "Stage") -> None:
+    async def pipe(self, stage: Stage) -> None:
         while (chunk := await stage.get()) is not None:
             cuts = self.offsets(0, len(chunk.data), stage.rng)
             for i in range(1, len(cuts), 2):
@@ -232,7 +225,7 @@ class LimitData(Toxic):
     def new_state(self) -> LimitState:
         return LimitState()
 
-    async def pipe(self, stage: "Stage") -> None:
+    async def pipe(self, stage: Stage) -> None:
         state: LimitState = stage.state
         remaining = self.bytes - state.transmitted
         while (chunk := await stage.get()) is not None:

@@ -71,14 +71,14 @@ def partition_writer(nodes: Any, queue: str | None = None, *, body_format: str =
 def register(spark: Any) -> None:
     """Register the ``disquette`` data source with ``spark`` (not needed when
     the package is installed: Spark finds ``pyspark_disquette`` by itself)."""
-    from .source import DisquetteDataSource
+    from .source import DisquetteDataSource  # optional: pyspark (the `spark` extra)
 
     spark.dataSource.register(DisquetteDataSource)
 
 
 def __getattr__(name: str) -> Any:  # the data source class needs pyspark: import lazily
     if name == "DisquetteDataSource":
-        from .source import DisquetteDataSource
+        from .source import DisquetteDataSource  # optional: pyspark (the `spark` extra)
 
         return DisquetteDataSource
     raise AttributeError(name)

@@ -22,6 +22,7 @@ from pyspark.sql.datasource import (
     DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter,
     DataSourceWriter, InputPartition, WriterCommitMessage,
 )
+from pyspark.sql.streaming.datasource import ReadMaxRows
 from pyspark.sql.types import (
     BinaryType, IntegerType, StringType, StructField, StructType,
 )
@@ -180,8 +181,6 @@ class DisquetteStreamReader(DataSourceStreamReader):
         return {"seq": 0, "ids": {}}
 
     def getDefaultReadLimit(self) -> Any:
-        from pyspark.sql.streaming.datasource import ReadMaxRows
-
         return ReadMaxRows(self.opts.max_per_trigger)
 
     def latestOffset(self, start: dict, limit: Any = None) -> dict:

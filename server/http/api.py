@@ -25,8 +25,10 @@ import logging
 from aiohttp import web
 
 from protocol.resp import Error
-from server.http import replies as R
-from server.http.replies import HttpError, bad_request, check
+from server.http.replies import (
+    HttpError, bad_request, check, cluster_document, from_resp_error, jobs_list, qstat_document,
+    show_document, take_body, text,
+)
 from server.http.session import ConnectionGone, Session
 
 log = logging.getLogger("server.http")
@@ -231,7 +233,7 @@ class Api:
         unknown = set(item) - ITEM_FIELDS
         if unknown:
             raise bad_request(f"{where}: unknown field {sorted(unknown)[0]!r}")
-        return self.addjob_argv(queue, R.take_body(item, where),
+        return self.addjob_argv(queue, take_body(item, where),
                                 self.add_options(item, where, defaults))
 
     async def add_jobs(self, request: web.Request, session: Session) -> web.Response:
@@ -285,7 +287,7 @@ class Api:
                 except ConnectionGone as e:
                     reply = Error(f"ERR {e}")
             if reply.__class__ is Error:
-                e = R.from_resp_error(reply)
+                e = from_resp_error(reply)
                 ids.append(None)
                 errors.append({"index": i, "error": e.code, "message": e.message})
             else:
@@ -327,10 +329,10 @@ class Api:
             else:
                 e = jobs[0]
                 resp = web.Response(body=e[2], content_type=OCTETS, headers={
-                    "X-Job-Id": R.text(e[1]), "X-Job-Queue": R.text(e[0]),
+                    "X-Job-Id": text(e[1]), "X-Job-Queue": text(e[0]),
                     "X-Job-Nacks": str(e[4]), "X-Job-Additional-Deliveries": str(e[6])})
         else:
-            resp = json_response({"jobs": R.jobs_list(jobs, base64)})
+            resp = json_response({"jobs": jobs_list(jobs, base64)})
         if not isinstance(jobs, list) or not jobs:
             return resp
         try:    # written here, so that a job that could not be sent goes back
@@ -353,7 +355,7 @@ class Api:
         count = request.query.get("count", "10")
         reply = check(await session.call(b"QPEEK", request.match_info["queue"].encode(),
                                          count.encode()))
-        return json_response({"jobs": R.jobs_list(
+        return json_response({"jobs": jobs_list(
             reply, request.query.get("encoding") == "base64")})
 
     # ------------------------------------------------------------------- queues
@@ -362,7 +364,7 @@ class Api:
         reply = check(await session.call(b"QSTAT", name.encode()))
         if not isinstance(reply, list):
             raise HttpError(404, "NOQUEUE", f"NOQUEUE no queue named {name!r} on this node")
-        return json_response(R.qstat_document(reply))
+        return json_response(qstat_document(reply))
 
     async def queues(self, request: web.Request, session: Session) -> web.Response:
         """QSCAN (every queue at once with BUSYLOOP, or a page from ``cursor``)
@@ -382,9 +384,9 @@ class Api:
                 argv += (option, q[name].encode())
         cursor, names = check(await session.call(*argv))
         with_stats = q.get("stats", "true").lower() not in FALSE
-        doc = {"cursor": R.text(cursor)}
+        doc = {"cursor": text(cursor)}
         if not with_stats:
-            doc["queues"] = [{"name": R.text(n)} for n in names]
+            doc["queues"] = [{"name": text(n)} for n in names]
             return json_response(doc)
         futures = [session.submit([b"QSTAT", n]) for n in names]
         session.flush()
@@ -392,7 +394,7 @@ class Api:
         for fut in futures:
             reply = await fut
             if isinstance(reply, list):     # (a queue collected meanwhile is skipped)
-                stats.append(R.qstat_document(reply))
+                stats.append(qstat_document(reply))
         doc["queues"] = stats
         return json_response(doc)
 
@@ -413,7 +415,7 @@ class Api:
         argv = [b"PAUSE", request.match_info["queue"].encode(), state.encode()]
         if bcast:
             argv.append(b"BCAST")
-        return json_response({"pause": R.text(check(await session.call(*argv)))})
+        return json_response({"pause": text(check(await session.call(*argv)))})
 
     # --------------------------------------------------------------------- jobs
     async def show(self, request: web.Request, session: Session) -> web.Response:
@@ -423,8 +425,8 @@ class Api:
             raise HttpError(404, "NOJOB", "NOJOB Job not known in the context of this node.")
         if wants_octets(request):
             return web.Response(body=reply[-1], content_type=OCTETS,
-                                headers={"X-Job-Id": jid, "X-Job-Queue": R.text(reply[3])})
-        return json_response(R.show_document(reply, request.query.get("encoding") == "base64"))
+                                headers={"X-Job-Id": jid, "X-Job-Queue": text(reply[3])})
+        return json_response(show_document(reply, request.query.get("encoding") == "base64"))
 
     async def deljob(self, request: web.Request, session: Session) -> web.Response:
         n = check(await session.call(b"DELJOB", request.match_info["id"].encode()))
@@ -447,4 +449,4 @@ class Api:
         info = session.submit([b"CLUSTER", b"INFO"])
         session.flush()
         hello, nodes, info = check(await hello), check(await nodes), check(await info)
-        return json_response(R.cluster_document(hello, nodes, info))
+        return json_response(cluster_document(hello, nodes, info))

@@ -1,0 +1,51 @@
+"""Command arguments read as Disque reads them: integers (strtoll), timeouts,
+job ids; a bad one raises CommandError with Disque's text."""
+
+from __future__ import annotations
+
+import re
+
+from broker.dispatch import CommandError
+from broker.job import BADID, valid_job_id
+
+SYNTAX_ERROR = "ERR syntax error"
+
+
+# Disque reads integers with strtoll/strtoul: an optional sign and decimal
+# digits, nothing else ("+5" and "05" are 5, "" is 0); they stop at a NUL byte.
+_C_INTEGER = re.compile(rb"(?:[+-]?[0-9]+)?\Z")
+
+
+def c_integer(arg: bytes) -> int | None:
+    """The value strtoll/strtoul give an argument Disque accepts, else None."""
+    if arg.isdigit():               # plain ASCII digits: most arguments, no regex
+        return int(arg)
+    if b"\0" in arg:
+        arg = arg[:arg.index(b"\0")]
+    if not _C_INTEGER.match(arg):
+        return None
+    return int(arg) if arg else 0
+
+
+def parse_int(arg: bytes, message: str = "ERR value is not an integer or out of range") -> int:
+    """An integer argument as Disque reads it (getLongLongFromObject)."""
+    n = c_integer(arg)
+    if n is None or not -(1 << 63) <= n < (1 << 63):
+        raise CommandError(message)
+    return n
+
+
+def parse_timeout_ms(arg: bytes) -> int:
+    n = parse_int(arg, "ERR timeout is not an integer or out of range")
+    if n < 0:
+        raise CommandError("ERR timeout is negative")
+    return n
+
+
+def parse_job_ids(node, argv: list, start: int = 1) -> list:
+    """All ids are validated before anything runs (SPEC section 2)."""
+    ids = argv[start:]
+    for jid in ids:
+        if not valid_job_id(jid):
+            raise CommandError(BADID)
+    return ids
