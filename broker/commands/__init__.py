@@ -12,14 +12,7 @@ Node turns into the reply.
 
 from __future__ import annotations
 
-# Names broker/commands/server.py still imports from the package (to move to
-# broker.dispatch, .table and .args like the other families); bound before the
-# families are imported below.
-from broker.commands.args import SYNTAX_ERROR, parse_int  # noqa: F401
-from broker.commands.table import COMMANDS, COMMANDS_ANYCASE, command, renamed  # noqa: F401
-from broker.dispatch import (  # noqa: F401
-    F_ADMIN, F_LOADING, F_NOAUTH, FLAG_NAMES, CommandError,
-)
+from broker.commands.table import COMMANDS, renamed  # noqa: F401
 
 # Every family registers its commands in COMMANDS when imported.
 from broker.commands import (  # noqa: F401

@@ -8,10 +8,9 @@ import re
 import sys
 
 from broker import lifecycle
-from broker.commands import (
-    F_ADMIN, F_LOADING, F_NOAUTH, FLAG_NAMES, SYNTAX_ERROR, CommandError,
-    command, parse_int,
-)
+from broker.commands.args import SYNTAX_ERROR, parse_int
+from broker.commands.table import command
+from broker.dispatch import F_ADMIN, F_LOADING, F_NOAUTH, FLAG_NAMES, CommandError
 from broker.commands.connection import VERSION
 from broker.config import ConfigError, format_memory
 from protocol.resp import OK, Error, Map, Status, Verbatim

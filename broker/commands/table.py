@@ -10,9 +10,6 @@ from __future__ import annotations
 from broker.dispatch import Command
 
 COMMANDS: dict[bytes, Command] = {}
-# The same commands under their lower- and upper-case names, as clients send
-# them: the hot path finds "ADDJOB" with one dict hit, without a lower() first.
-COMMANDS_ANYCASE: dict[bytes, Command] = {}
 
 
 def command(name: str, arity: int, flags: int = 0):
@@ -20,7 +17,6 @@ def command(name: str, arity: int, flags: int = 0):
     def register(fn):
         cmd = Command(name.encode(), fn, arity, flags, (fn.__doc__ or "").strip())
         COMMANDS[cmd.name] = cmd
-        COMMANDS_ANYCASE[cmd.name] = COMMANDS_ANYCASE[cmd.name.upper()] = cmd
         return fn
     return register
 
