@@ -10,9 +10,9 @@ the value kinds broker/config_kinds.py's.
 The module is pure: nothing here touches sockets, the clock or (apart from
 ``Config.load_file`` / ``Config.from_argv``, which read the config file) the
 file system.  Reactions to a change (the cluster's node timeout, starting the
-AOF, ``chdir`` for ``dir``...) belong to whoever owns what changes; each
-registers a callback in ``Config.watchers``, the one route every change takes
-(see ``Config.set``).
+AOF, ``chdir`` for ``dir``...) belong to whoever owns what changes: CONFIG SET
+hands ``Config.set_many`` a ``changed`` callback (``Node.config_changed``),
+called with each changed name, which may refuse the change.
 """
 
 from __future__ import annotations
@@ -56,6 +56,10 @@ __all__ = [
 ]
 
 
+def _nobody(name: str) -> None:
+    """The default ``changed`` of Config.set: no one applies the change."""
+
+
 @dataclass(kw_only=True, eq=False, repr=False)
 class Config(Directives):
     """Every directive as a plain typed attribute (``-`` spelled ``_``).
@@ -72,10 +76,6 @@ class Config(Directives):
     # CONFIG GET and left as written by CONFIG REWRITE); the process applies
     # them to the command table at start.
     rename_commands: list[RenameCommand] = field(default_factory=list)
-    # fn(name) -> None, called after set() stored a new value; raising
-    # ConfigError refuses the change (the old value is put back), e.g. chdir
-    # failing for `dir` or the AOF failing to start.
-    watchers: list[Callable[[str], None]] = field(default_factory=list)
 
     # -- building -----------------------------------------------------------
 
@@ -167,11 +167,14 @@ class Config(Directives):
             raise ConfigError(f"Unsupported CONFIG parameter: {name}")
         return d
 
-    def set(self, name: str, value: str, *, at_runtime: bool = True) -> None:
-        """CONFIG SET: validate, convert, store, then tell the ``watchers`` (a
-        watcher raising ConfigError undoes the change). A new cluster-auth-pass
-        keeps the one it replaces in cluster-auth-pass-previous (the rotation
-        window: both are accepted until that is set to "")."""
+    def set(self, name: str, value: str, *, at_runtime: bool = True,
+            changed: Callable[[str], None] = _nobody) -> None:
+        """CONFIG SET: validate, convert, store, then call ``changed(name)``
+        (with the directive's canonical name) so that whoever owns what
+        changes applies it; its raising ConfigError refuses the change (the
+        old value is put back). A new cluster-auth-pass keeps the one it
+        replaces in cluster-auth-pass-previous (the rotation window: both are
+        accepted until that is set to "")."""
         d = self._directive(name)
         if at_runtime and not d.runtime:
             raise ConfigError(f"Unsupported CONFIG parameter: {name} (it can't be "
@@ -187,48 +190,43 @@ class Config(Directives):
         if d.name == "cluster-auth-pass" and old and new and old != new:
             self.cluster_auth_pass_previous = old
         try:
-            for watch in list(self.watchers):
-                watch(d.name)
+            changed(d.name)
         except ConfigError:
             setattr(self, d.attr, old)
             self.cluster_auth_pass_previous = old_previous
             raise
 
-    def set_many(self, pairs: list[tuple[str, str]]) -> None:
+    def set_many(self, pairs: list[tuple[str, str]],
+                 changed: Callable[[str], None] = _nobody) -> None:
         """CONFIG SET of several directives, all or nothing (as Redis 7): every
-        value is checked and stored, then the watchers hear each name, so
+        value is checked and stored, then ``changed`` hears each name, so
         directives that go together (a new tls-cert-file and its tls-key-file)
-        are applied together. If a value or a watcher refuses, every directive
-        gets its old value back and the watchers that had already heard a name
-        hear it again."""
+        are applied together. If a value or ``changed`` refuses, every
+        directive gets its old value back and ``changed`` hears again each
+        name it had already heard, to apply the old value."""
         if len(pairs) == 1:
-            self.set(*pairs[0])
+            self.set(*pairs[0], changed=changed)
             return
         names = list(dict.fromkeys(self._directive(n).name for n, _ in pairs))
         saved = {name: getattr(self, DIRECTIVES[name].attr) for name in names}
         saved_previous = self.cluster_auth_pass_previous
-        watchers, self.watchers = self.watchers, []
-        heard: list[str] = []
+        told: list[str] = []
         try:
             for name, value in pairs:
                 self.set(name, value)
             for name in names:
-                heard.append(name)
-                for watch in list(watchers):
-                    watch(name)
+                told.append(name)
+                changed(name)
         except ConfigError:
             for name, value in saved.items():
                 setattr(self, DIRECTIVES[name].attr, value)
             self.cluster_auth_pass_previous = saved_previous
-            for name in heard:
-                for watch in list(watchers):
-                    try:
-                        watch(name)
-                    except ConfigError:
-                        pass
+            for name in told:
+                try:
+                    changed(name)
+                except ConfigError:
+                    pass
             raise
-        finally:
-            self.watchers = watchers
 
     def render(self, name: str) -> str:
         """A directive's value as CONFIG GET shows it."""
