@@ -617,23 +617,23 @@ def test_config_set_is_applied_by_the_cluster_and_the_host_which_may_refuse():
 
         def config_changed(self, name):
             self.told.append((name, n.config.cluster_node_timeout, n.config.dir))
-            if name == "dir" and n.config.dir == "/nonexistent":
+            if name == "dir" and n.config.dir == "nowhere":
                 raise ConfigError("CONFIG SET failed (possibly related to argument 'dir') - "
                                   "No such file or directory")
 
     host = Host()
     n = InProcessNode(host=host)
-    assert n.call("CONFIG", "SET", "cluster-node-timeout", 1234, "dir", "/tmp") == "OK"
+    assert n.call("CONFIG", "SET", "cluster-node-timeout", 1234, "dir", "data") == "OK"
     assert n.cluster.m.node_timeout == 1234
-    assert host.told == [("cluster-node-timeout", 1234, "/tmp"), ("dir", 1234, "/tmp")]
+    assert host.told == [("cluster-node-timeout", 1234, "data"), ("dir", 1234, "data")]
     host.told.clear()
-    reply = n.call("CONFIG", "SET", "cluster-node-timeout", 99, "dir", "/nonexistent")
+    reply = n.call("CONFIG", "SET", "cluster-node-timeout", 99, "dir", "nowhere")
     assert isinstance(reply, Error) and reply == (
         "ERR CONFIG SET failed (possibly related to argument 'dir') - No such file or directory")
     # All or nothing: the timeout is put back, and the cluster and the host
     # that had applied it are told again.
-    assert (n.config.cluster_node_timeout, n.config.dir) == (1234, "/tmp")
+    assert (n.config.cluster_node_timeout, n.config.dir) == (1234, "data")
     assert n.cluster.m.node_timeout == 1234
-    assert host.told == [("cluster-node-timeout", 99, "/nonexistent"),
-                         ("dir", 99, "/nonexistent"),
-                         ("cluster-node-timeout", 1234, "/tmp"), ("dir", 1234, "/tmp")]
+    assert host.told == [("cluster-node-timeout", 99, "nowhere"),
+                         ("dir", 99, "nowhere"),
+                         ("cluster-node-timeout", 1234, "data"), ("dir", 1234, "data")]
