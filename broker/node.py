@@ -70,6 +70,9 @@ class Host:
         raise CommandError("ERR AOF is not enabled")
     def debug_loadaof(self) -> None:
         raise CommandError("ERR AOF is not enabled")
+    # CONFIG SET changed directive `name` (Node.config_changed): apply it, or
+    # raise ConfigError to refuse it (every value of the SET is put back).
+    def config_changed(self, name: str) -> None: ...
 
 
 class Node:
@@ -473,6 +476,15 @@ class Node:
             if q.is_collectable():
                 del self.queues[name]
                 self.stats["evicted_queues"] += 1
+
+    # ------------------------------------------------------------------ config
+    def config_changed(self, name: str) -> None:
+        """CONFIG SET changed directive `name`: the cluster layer and the host
+        apply what is theirs. Raising ConfigError refuses the change: CONFIG SET
+        passes this to Config.set_many, which then puts every value back."""
+        if self.cluster is not None:
+            self.cluster.config_changed(name)
+        self.host.config_changed(name)
 
     # -------------------------------------------------------------------- misc
     def reachable_nodes_count(self) -> int:

@@ -80,7 +80,6 @@ class Cluster:
         self.next_membership_tick = 0
         self.events: list[NodeEvent] = []
         node.cluster = self
-        node.config.watchers.append(self.config_changed)
 
     # ------------------------------------------------------------- plumbing
     @property
@@ -118,7 +117,8 @@ class Cluster:
         self._collect(self.m.set_leaving(leaving, now))
 
     def config_changed(self, name: str) -> None:
-        """Config watcher: directives the cluster layer applies at run time."""
+        """Directives the cluster layer applies at run time (from
+        Node.config_changed, after CONFIG SET)."""
         if name == "cluster-node-timeout":
             self.m.node_timeout = self.node.config.cluster_node_timeout
         elif name.startswith("cluster-announce"):

@@ -164,8 +164,10 @@ def config(node, client, argv):
         return Map(zip(out[::2], out[1::2])) if client.proto == 3 else out
     if sub == b"set" and len(argv) >= 4 and len(argv) % 2 == 0:
         try:
+            # The cluster layer and the host apply each change (or refuse it).
             cfg.set_many([(argv[i].decode("latin-1"),     # errors quote it as given
-                           argv[i + 1].decode("latin-1")) for i in range(2, len(argv), 2)])
+                           argv[i + 1].decode("latin-1")) for i in range(2, len(argv), 2)],
+                         changed=node.config_changed)
         except ConfigError as e:
             msg = str(e)
             return Error(msg if msg.startswith("ERR") else "ERR " + msg)

@@ -1,10 +1,12 @@
 """broker.config: disque.conf parsing, command-line overrides, CONFIG GET/SET/REWRITE."""
 
 import os
+import typing
 
 import pytest
 from hypothesis import given, strategies as st
 
+from broker import node
 from broker.config import (
     DIRECTIVES,
     REWRITE_SIGNATURE,
@@ -17,6 +19,8 @@ from broker.config import (
     split_args,
     stringmatch,
 )
+from protocol.resp import Error
+from server.inprocess import InProcessNode
 
 KB, MB, GB = 1024, 1024**2, 1024**3
 
@@ -104,11 +108,15 @@ def set_error(name: str, value: str) -> ConfigError:
 
 
 def test_every_directive_is_a_typed_attribute():
-    # Config's annotations are what type checkers and readers see; they must
-    # not drift from the table that drives parsing.
-    extra = {"config_file", "watchers", "rename_commands"}
-    annotated = set(Config.__annotations__) - extra
-    assert annotated == {d.attr for d in DIRECTIVES.values()}
+    # The table is made from Config's typed fields (one declaration each), so
+    # what type checkers and readers see is what drives parsing; a default
+    # must be of its field's type.
+    hints = typing.get_type_hints(Config)
+    for d in DIRECTIVES.values():
+        assert d.attr in hints, d.name
+        assert isinstance(d.default, typing.get_origin(hints[d.attr]) or hints[d.attr]), d.name
+    assert set(hints) - {d.attr for d in DIRECTIVES.values()} == {"config_file",
+                                                                  "rename_commands"}
 
 
 def test_defaults_are_disques():
@@ -392,7 +400,7 @@ def test_failed_set_changes_nothing():
     assert c == Config()
 
 
-def test_watchers_see_every_change_and_may_refuse_it():
+def test_set_tells_each_change_which_may_refuse_it():
     c = Config()
     seen = []
 
@@ -401,14 +409,14 @@ def test_watchers_see_every_change_and_may_refuse_it():
         if name == "cluster-node-timeout" and c.cluster_node_timeout < 100:
             raise ConfigError("too small")
 
-    c.watchers.append(no_small_timeouts)
-    c.set("loglevel", "debug")
-    c.set("cluster-node-timeout", "500")
+    c.set("LogLevel", "debug", changed=no_small_timeouts)        # told the table's name
+    c.set("cluster-node-timeout", "500", changed=no_small_timeouts)
     with pytest.raises(ConfigError, match="too small"):
-        c.set("cluster-node-timeout", "50")
+        c.set("cluster-node-timeout", "50", changed=no_small_timeouts)
     assert c.cluster_node_timeout == 500         # the refused value was undone
     with pytest.raises(ConfigError):
-        c.set("maxmemory", "bad")
+        c.set("maxmemory", "bad", changed=no_small_timeouts)
+    c.set("hz", "20")                            # no one told
     assert seen == [("loglevel", 15000), ("cluster-node-timeout", 500),
                     ("cluster-node-timeout", 50)]
 
@@ -597,3 +605,35 @@ def test_rewrite_survives_lines_it_cannot_parse():
     text = 'requirepass "broken\nport 1\n'
     c = Config(port=2)
     assert c.rewrite(text) == 'requirepass "broken\nport 2\n'
+
+
+# -- CONFIG SET's route: the node tells its cluster layer and its host ---------
+
+
+def test_config_set_is_applied_by_the_cluster_and_the_host_which_may_refuse():
+    class Host(node.Host):
+        def __init__(self):
+            self.told = []
+
+        def config_changed(self, name):
+            self.told.append((name, n.config.cluster_node_timeout, n.config.dir))
+            if name == "dir" and n.config.dir == "nowhere":
+                raise ConfigError("CONFIG SET failed (possibly related to argument 'dir') - "
+                                  "No such file or directory")
+
+    host = Host()
+    n = InProcessNode(host=host)
+    assert n.call("CONFIG", "SET", "cluster-node-timeout", 1234, "dir", "data") == "OK"
+    assert n.cluster.m.node_timeout == 1234
+    assert host.told == [("cluster-node-timeout", 1234, "data"), ("dir", 1234, "data")]
+    host.told.clear()
+    reply = n.call("CONFIG", "SET", "cluster-node-timeout", 99, "dir", "nowhere")
+    assert isinstance(reply, Error) and reply == (
+        "ERR CONFIG SET failed (possibly related to argument 'dir') - No such file or directory")
+    # All or nothing: the timeout is put back, and the cluster and the host
+    # that had applied it are told again.
+    assert (n.config.cluster_node_timeout, n.config.dir) == (1234, "data")
+    assert n.cluster.m.node_timeout == 1234
+    assert host.told == [("cluster-node-timeout", 99, "nowhere"),
+                         ("dir", 99, "nowhere"),
+                         ("cluster-node-timeout", 1234, "data"), ("dir", 1234, "data")]

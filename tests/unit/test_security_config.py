@@ -73,9 +73,8 @@ def test_a_refused_rotation_changes_nothing():
     def refuse(name):
         raise ConfigError("no")
 
-    c.watchers.append(refuse)
     with pytest.raises(ConfigError):
-        c.set("cluster-auth-pass", "two")
+        c.set("cluster-auth-pass", "two", changed=refuse)
     assert (c.cluster_auth_pass, c.cluster_auth_pass_previous) == ("one", "")
 
 
@@ -88,21 +87,20 @@ def test_config_set_of_several_directives_is_all_or_nothing():
         if c.tls_cert_file == "new.crt" and c.tls_key_file != "new.key":
             raise ConfigError("the key does not go with the certificate")
 
-    c.watchers.append(watch)
-    # Together they are fine: each watcher call already sees both new values.
-    c.set_many([("tls-cert-file", "new.crt"), ("tls-key-file", "new.key")])
+    # Together they are fine: each call already sees both new values.
+    c.set_many([("tls-cert-file", "new.crt"), ("tls-key-file", "new.key")], changed=watch)
     assert heard == [("tls-cert-file", "new.crt", "new.key"),
                      ("tls-key-file", "new.crt", "new.key")]
     # One alone is refused; so is a bad value anywhere: everything is put back
-    # and the watchers that had heard a name hear it again.
-    c.set_many([("tls-cert-file", "a.crt"), ("tls-key-file", "a.key")])
+    # and each name already told is told again.
+    c.set_many([("tls-cert-file", "a.crt"), ("tls-key-file", "a.key")], changed=watch)
     heard.clear()
     with pytest.raises(ConfigError):
-        c.set_many([("tls-key-file", "x.key"), ("tls-cert-file", "new.crt")])
+        c.set_many([("tls-key-file", "x.key"), ("tls-cert-file", "new.crt")], changed=watch)
     assert (c.tls_cert_file, c.tls_key_file) == ("a.crt", "a.key")
     assert heard[-1] == ("tls-key-file", "a.crt", "a.key")
     with pytest.raises(ConfigError, match="tls-protocols"):
-        c.set_many([("tls-cert-file", "b.crt"), ("tls-protocols", "SSLv2")])
+        c.set_many([("tls-cert-file", "b.crt"), ("tls-protocols", "SSLv2")], changed=watch)
     assert c.tls_cert_file == "a.crt"
 
 
