@@ -73,7 +73,6 @@ class Server:
         self.exit_code = 0
         self._flush_handle = None
         self.load_task = None
-        config.watchers.append(self.host.config_changed)
         self.idle_check_at = 0      # next check of the `timeout` directive, ms
 
     # -- event plumbing --------------------------------------------------
