@@ -9,7 +9,7 @@ descriptor FD (stdout and stderr are the examples' and Spark's):
 - ``{"op": "run", "code": SOURCE, "where": "docs/sdk.md:14", "spark": BOOL}``:
   the block runs in the page's namespace; with ``spark`` the namespace has
   ``spark``, a local SparkSession made on first use (as the ``pyspark`` shell
-  gives one), the way tests/spark/conftest.py makes it.
+  gives one), made as the tests of tests/spark make theirs.
 
 The answer is ``{"ok": true, "output": ...}`` or ``{"ok": false, "output": ...,
 "error": TRACEBACK}``; what the block printed is in ``output``.
@@ -26,25 +26,15 @@ import sys
 import traceback
 from typing import Any
 
+from tests.spark.kit import local_spark
+
 _spark: Any = None
 
 
 def spark_session() -> Any:
     global _spark
     if _spark is None:
-        # pyspark is a test extra, imported only by pages that show Spark.
-        from pyspark.sql import SparkSession
-
-        os.environ["PYSPARK_PYTHON"] = sys.executable
-        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-        _spark = (SparkSession.builder.master("local[2]").appName("disquette-docs")
-                  .config("spark.ui.enabled", "false")
-                  .config("spark.ui.showConsoleProgress", "false")
-                  .config("spark.sql.shuffle.partitions", "2")
-                  .config("spark.driver.bindAddress", "127.0.0.1")
-                  .config("spark.driver.host", "127.0.0.1")
-                  .getOrCreate())
-        _spark.sparkContext.setLogLevel("ERROR")
+        _spark = local_spark("local[2]", "disquette-docs")
     return _spark
 
 
