@@ -28,6 +28,8 @@ DEB_TOOLS := kubectl=kubernetes-client systemd-analyze=systemd shellcheck=shellc
 # The HTTP dashboard tests (tests/http/) drive Debian's chromium; bench/bench_http.py
 # loads the HTTP port with wrk.
 DEB_TOOLS += chromium=chromium wrk=wrk
+# tests/docs runs the docs' curl examples against the HTTP port.
+DEB_TOOLS += curl=curl
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # --dist loadgroup: tests marked @pytest.mark.xdist_group("name") (e.g. the ones
