@@ -4,7 +4,11 @@
 SHELL := /bin/bash
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
-VENV := .venv
+# One venv, filled in two steps, a stamp file each: $(VENV)/.installed for what a
+# node needs (`make run`, `make venv`: `pip install -e .`), then
+# $(VENV)/.test-installed for the `test` extra on top (`make test`: pytest,
+# PySpark, pyarrow, playwright, the deploy checkers...: about 1.3 GB).
+VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
@@ -24,6 +28,8 @@ DEB_TOOLS := kubectl=kubernetes-client systemd-analyze=systemd shellcheck=shellc
 # The HTTP dashboard tests (tests/http/) drive Debian's chromium; bench/bench_http.py
 # loads the HTTP port with wrk.
 DEB_TOOLS += chromium=chromium wrk=wrk
+# tests/docs runs the docs' curl examples against the HTTP port.
+DEB_TOOLS += curl=curl
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # --dist loadgroup: tests marked @pytest.mark.xdist_group("name") (e.g. the ones
@@ -45,7 +51,7 @@ BENCH_ARGS ?=
 # cluster behind the fault proxy; e.g. CHAOS_ARGS="--seed 42 --seconds 120".
 CHAOS_ARGS ?= --nodes 5 --seconds 60
 
-.PHONY: all venv deps pydisque-venv test run bench bench-compiled chaos clean distclean
+.PHONY: all venv test-venv deps pydisque-venv test run bench bench-compiled chaos clean distclean
 
 all: venv
 
@@ -56,6 +62,12 @@ venv: $(VENV)/.installed
 # source (pyspark_disquette.py) by listing them.
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -e . --config-settings editable_mode=compat
+	@touch $@
+
+test-venv: $(VENV)/.test-installed
+
+$(VENV)/.test-installed: $(VENV)/.installed
 	$(PIP) install -q -e '.[test]' --config-settings editable_mode=compat
 	@touch $@
 
@@ -76,7 +88,7 @@ $(PD_VENV)/.installed: Makefile
 	$(PD_PY) -c 'from pydisque.client import Client'
 	@touch $@
 
-test: deps venv pydisque-venv
+test: deps test-venv pydisque-venv
 	@rc=0; $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
 	if [ -n "$${PYTEST_EXITCODE_FILE:-}" ]; then echo $$rc > "$$PYTEST_EXITCODE_FILE"; fi; \
 	if [ $$rc != 0 ]; then echo "pytest exited with code $$rc" >&2; fi; \
@@ -114,7 +126,8 @@ run: venv
 	else echo "warning: the nodes did not all see each other within 20 s (see $(RUN_DIR)/<port>/stdout.log)" >&2; fi; \
 	wait
 
-bench: deps venv
+# The benchmarks compare with pydisque and PySpark, from the test extra.
+bench: deps test-venv
 	$(PY) bench/bench_single.py $(BENCH_ARGS)
 	$(PY) bench/bench_cluster.py $(BENCH_ARGS)
 	$(PY) bench/bench_sdk.py $(BENCH_ARGS)
@@ -122,14 +135,15 @@ bench: deps venv
 
 # The compiled-core experiment (issue 17): Cython and mypyc builds of the same
 # tree against the pure-Python one; installs the `bench` extra first.
-bench-compiled: venv $(VENV)/.bench-installed
+bench-compiled: test-venv $(VENV)/.bench-installed
 	$(PY) bench/bench_compiled.py $(BENCH_ARGS)
 
-$(VENV)/.bench-installed: $(VENV)/.installed
+$(VENV)/.bench-installed: $(VENV)/.test-installed
 	$(PIP) install -q -e '.[test,bench]' --config-settings editable_mode=compat
 	@touch $@
 
-chaos: venv
+# The chaos suite drives its proxy with toxiproxy-python, from the test extra.
+chaos: test-venv
 	$(PY) -m chaos run --scenario all $(CHAOS_ARGS)
 
 clean:

@@ -9,13 +9,13 @@ test can force a task retry.  Every test in tests/spark is marked
 from __future__ import annotations
 
 import os
-import sys
 from typing import Iterator
 
 import pytest
 
 from tests.conftest import _FACTORIES
 from tests.harness import NodeFactory, NodeProcess, module_factory
+from tests.spark.kit import local_spark
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -28,20 +28,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    # Spark's Python workers must run this interpreter (with this venv).
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master("local[2,2]").appName("disquette-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
+    session = local_spark("local[2,2]", "disquette-tests", **{
+        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true"})
     try:
         yield session
     finally:

@@ -1,11 +1,33 @@
 """What the Spark tests look at on the cluster: every job, by asking every
-node (JSCAN, QPEEK, SHOW over RESP), as a consumer or an operator would."""
+node (JSCAN, QPEEK, SHOW over RESP), as a consumer or an operator would; and
+the local SparkSession they (and the docs examples) run in."""
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 from tests.harness import NodeProcess
+
+
+def local_spark(master: str, app_name: str, **conf: str) -> Any:
+    """A local SparkSession on loopback, no UI, whose Python workers run this
+    interpreter (with this venv); ``conf`` adds settings."""
+    # pyspark is a test extra, imported only where Spark runs.
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+                       "spark.sql.shuffle.partitions": "2",
+                       "spark.driver.bindAddress": "127.0.0.1",
+                       "spark.driver.host": "127.0.0.1", **conf}.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
 
 
 def nodes_option(nodes: list[NodeProcess]) -> str:
