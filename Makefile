@@ -51,7 +51,7 @@ BENCH_ARGS ?=
 # cluster behind the fault proxy; e.g. CHAOS_ARGS="--seed 42 --seconds 120".
 CHAOS_ARGS ?= --nodes 5 --seconds 60
 
-.PHONY: all venv test-venv deps pydisque-venv test run bench bench-compiled chaos clean distclean
+.PHONY: all venv test-venv deps deps-build pydisque-venv test run bench bench-compiled chaos clean distclean
 
 all: venv
 
@@ -60,7 +60,10 @@ venv: $(VENV)/.installed
 # editable_mode=compat puts the checkout itself on sys.path (a .pth file), so
 # top-level modules are visible to pkgutil: PySpark finds the `disquette` data
 # source (pyspark_disquette.py) by listing them.
-$(VENV)/.installed: pyproject.toml
+# setup.py compiles the extensions (Cython) in place: a changed source rebuilds them.
+EXT_SOURCES := setup.py $(wildcard protocol/*.pyx protocol/*.pxd broker/*.pxd broker/commands/*.pxd cluster/*.pxd)
+
+$(VENV)/.installed: pyproject.toml $(EXT_SOURCES) | deps-build
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -e . --config-settings editable_mode=compat
 	@touch $@
@@ -70,6 +73,17 @@ test-venv: $(VENV)/.test-installed
 $(VENV)/.test-installed: $(VENV)/.installed
 	$(PIP) install -q -e '.[test]' --config-settings editable_mode=compat
 	@touch $@
+
+# The extensions' compiler and Python's headers, where missing.
+deps-build:
+	@pkgs=; command -v gcc >/dev/null 2>&1 || pkgs=gcc; \
+	$(PYTHON) -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+	  || pkgs="$$pkgs python3-dev"; \
+	if [ -n "$$pkgs" ]; then \
+	  echo "installing Debian packages: $$pkgs"; \
+	  $(SUDO) apt-get update -q && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$pkgs; \
+	fi
 
 deps:
 	@pkgs=; for b in $(DEB_BINS); do command -v $$b >/dev/null 2>&1 || pkgs="$(DEB_PKGS)"; done; \
@@ -148,6 +162,7 @@ chaos: test-venv
 
 clean:
 	rm -rf $(RUN_DIR) chaos-runs .pytest_cache .hypothesis build dist *.egg-info
+	find protocol broker cluster \( -name '*.so' -o -name '*.c' \) -delete
 	find . -path ./$(VENV) -prune -o -path ./$(PD_VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
