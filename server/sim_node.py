@@ -78,6 +78,8 @@ class BrokerSimNode(InProcessNode):
             job = self.node.get_job(jid)
             if job is not None and job.state == ACKED:
                 continue        # confirms an ack (a dummy one is never logged), not a copy
+            if job is not None and job.etime <= self.clock.now:
+                continue        # expired: an AOF rewrite drops it, as a load would
             if not self.host.disk.holds(jid, self.config.appendfsync == "always"):
                 self.sim.violations.append(
                     f"{self.host.name} confirmed a copy of {jid!r} it has not logged")
