@@ -22,7 +22,7 @@ from broker import lifecycle
 from broker.aof_policy import AOFPolicy
 from broker.commands import COMMANDS
 from broker.config import Config
-from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, QUEUED, Job, make_job_id
+from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, Job, make_job_id
 from broker.node import Node
 from server import aof as aof_mod
 from server import aof_rewrite, check_aof
