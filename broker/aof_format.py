@@ -1,9 +1,10 @@
 """The append-only file format and its loader, sans-IO (SPEC section 7).
 
 Nothing here opens a file or reads a clock: the encoders return bytes, the
-``Scanner`` and the ``Loader`` are fed bytes and told the time. broker/aof.py
-carries the bytes to and from the disk; broker/check_aof.py uses the same
-Scanner to check and repair a file.
+``Scanner`` and the ``Loader`` are fed bytes and told the time. server/aof.py
+writes the bytes to the disk and server/aof_load.py reads them back (the
+simulator's server/disk_aof.py writes them to a simulated disk);
+server/check_aof.py uses the same Scanner to check and repair a file.
 
 File layout
 -----------
@@ -22,7 +23,7 @@ All integers are little endian. Record types:
     J  job creations: msgpack of a column list (below); a batch of 16..1024 jobs
     j  job creations, a few (1..15): msgpack of a list of rows, one per job:
        [id, queue, body, state, flags, repl, etime, ctime, delay, retry, nacks,
-        additional-deliveries, qtime, nodes-delivered (list or None)]
+        additional-deliveries, requeue-time, nodes-delivered (list or None)]
     D  deletions (evictions of any kind): job ids, 40 bytes each, back to back
     A  acknowledgements: job ids, as D
     R  deliveries of RETRY 0 jobs (never to be queued again): job ids, as D
@@ -31,7 +32,7 @@ All integers are little endian. Record types:
 A ``J`` body is a msgpack list of columns, one entry per job in each column::
 
     [ids, queue-names, queue-index, bodies, state, flags, repl, etime, ctime,
-     delay, retry, nacks, additional-deliveries, qtime, nodes]
+     delay, retry, nacks, additional-deliveries, requeue-time, nodes]
 
 ``queue-names`` lists each distinct queue once and ``queue-index`` points into it
 (0 when every job is in the first queue); an all-zero integer column is stored as
@@ -392,7 +393,7 @@ class Scanner:
 def decode_jobs(payload) -> list:
     """The columns of a J or j payload (type byte included): ids, queues, bodies,
     state, flags, repl, etime, ctime, delay, retry, nacks, additional-deliveries,
-    qtime (lists, tuples or iterators; an all-zero column may be the int 0), and
+    requeue-time (lists, tuples or iterators; an all-zero column may be the int 0), and
     nodes-delivered (None, or a list of node-id lists/None per job)."""
     data = msgpack.unpackb(payload[1:])
     if payload[0] == REC_JOB_ROWS:
@@ -506,7 +507,7 @@ class Loader:
         repl = _column(cols[5], n)
         delay = _column(cols[8], n)
         retry = _column(cols[9], n)
-        qtime = _column(cols[12], n)
+        requeue_time = _column(cols[12], n)
         etimes = self.etimes
         etime = [etimes.setdefault(e, e) for e in etime]
         has_acked = ACKED in state
@@ -534,7 +535,7 @@ class Loader:
         plain = nodes is None and not has_acked and (not n or min(etime) > now)
         if not plain:
             self.stats["acked"] += sum(1 for j in jobs if j.state == ACKED and j.etime > now)
-        self.stats["expired"] += lifecycle.restore(self.node, jobs, qtime, now, plain)
+        self.stats["expired"] += lifecycle.restore(self.node, jobs, requeue_time, now, plain)
         self.stats["jobs"] += n
 
     def _apply_del(self, ids: list) -> None:

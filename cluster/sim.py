@@ -105,6 +105,13 @@ class SimDisk:
             self.unsynced = []
             self.unsynced_ids = set()
 
+    def replace(self, data: bytes, job_ids=()) -> None:
+        """An AOF rewrite: the new contents, fsynced, renamed over the old."""
+        self.synced = [data] if data else []
+        self.synced_ids = set(job_ids)
+        self.unsynced = []
+        self.unsynced_ids = set()
+
     def crash(self) -> None:
         self.unsynced = []
         self.unsynced_ids = set()

@@ -28,6 +28,7 @@ from broker.node import BLOCKED, Host
 from cluster.membership import Membership
 from protocol.resp import encode
 from server.compose import compose_node
+from server.disk_aof import DiskAOF
 
 
 class VirtualClock:
@@ -58,50 +59,6 @@ class Replies:
 
     def close(self) -> None:
         self.closed = True
-
-
-class ProcessExit(BaseException):
-    """The node's process exits on the spot (what server/aof.py does with
-    os._exit when a write fails under appendfsync always): nothing after it runs,
-    no held reply or bus message leaves."""
-
-
-class DiskAOF:
-    """The AOF writer over a simulated disk (``cluster.sim.SimDisk``): the same
-    records and encoding as the file, the same fsync policies."""
-
-    def __init__(self, node, config, disk, clock) -> None:
-        self.node = node
-        self.config = config
-        self.disk = disk
-        self.clock = clock
-        self.pending: list = []
-        self.last_fsync = clock()
-        self.logged: set = set()        # job ids written (the disk decides what is durable)
-
-    def append(self, records: list) -> None:
-        self.pending.extend(records)
-
-    def flush(self) -> None:
-        if self.pending:
-            items, self.pending = self.pending, []
-            try:
-                self.disk.write(fmt.encode_items(items),
-                                [i.id for i in items if i.__class__ is not tuple])
-            except OSError as e:
-                self.pending = items + self.pending
-                self.node.aof_error = e.strerror or str(e)
-                if self.config.appendfsync == "always":
-                    # As the process: acknowledged writes can no longer be guaranteed.
-                    self.disk.fatal = True
-                    raise ProcessExit(self.node.aof_error) from None
-                return
-            self.node.aof_error = None
-        policy = self.config.appendfsync
-        now = self.clock()
-        if policy == "always" or (policy == "everysec" and now - self.last_fsync >= 1000):
-            self.disk.fsync()
-            self.last_fsync = now
 
 
 class InProcessNode:

@@ -22,7 +22,8 @@ from broker.config import Config
 from broker.job import ACKED
 from cluster.outputs import DropLink, Send
 from protocol import bus as B
-from server.inprocess import InProcessNode, ProcessExit, Replies, VirtualClock
+from server.disk_aof import ProcessExit
+from server.inprocess import InProcessNode, Replies, VirtualClock
 
 
 class BrokerSimNode(InProcessNode):
@@ -65,6 +66,8 @@ class BrokerSimNode(InProcessNode):
             job = self.node.get_job(jid)
             if job is not None and job.state == ACKED:
                 continue        # confirms an ack (a dummy one is never logged), not a copy
+            if job is not None and job.etime <= self.clock.now:
+                continue        # expired: an AOF rewrite drops it, as a load would
             if not self.host.disk.holds(jid, self.config.appendfsync == "always"):
                 self.sim.violations.append(
                     f"{self.host.name} confirmed a copy of {jid!r} it has not logged")

@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from broker import aof_format as fmt
+from broker.job import ACTIVE, Job, make_job_id
 from tests.harness import NodeStartError, RawConn, wait_until
 
 CHECK_AOF = [sys.executable, "-m", "server.check_aof"]
@@ -338,8 +339,6 @@ def test_corruption_before_the_end_refuses_to_start_naming_the_offset(node_facto
 
 
 def test_answers_loading_then_pong_while_a_big_aof_loads(node_factory, tmp_path):
-    from broker.job import ACTIVE, Job, make_job_id
-
     n = node_factory(appendonly="yes", start=False)
     now = int(time.time() * 1000)
     count = 150_000

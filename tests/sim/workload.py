@@ -53,11 +53,16 @@ class Workload:
                             reorder=rng.choice([0.0, 0.05]) if faults else 0.0)
         # Persistence (its own stream: the draws above keep their scenarios): an
         # AOF on a simulated disk that loses what was not fsynced on a crash.
-        self.fsync = random.Random(seed ^ 0xA0F).choice(
-            ["off", "off", "off", "always", "always", "everysec"])
+        # Half of those rewrite the AOF whenever it doubles (the policy of
+        # broker/aof_policy.py decides, as in production), however small.
+        disk_rng = random.Random(seed ^ 0xA0F)
+        self.fsync = disk_rng.choice(["off", "off", "off", "always", "always", "everysec"])
+        self.rewrites = disk_rng.random() < 0.5
         directives = {"cluster_node_timeout": 1000}
         if self.fsync != "off":
             directives.update(appendonly="yes", appendfsync=self.fsync)
+            if self.rewrites:
+                directives.update(auto_aof_rewrite_min_size=1)
         self.sim = Simulation(seed, broker_factory(**directives), net=net,
                               record_deliveries=False)
         self.names = [self.sim.add_host().name for _ in range(self.n)]

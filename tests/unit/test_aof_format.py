@@ -9,20 +9,25 @@ loader must behave as the module docstring specifies every time.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import struct
+import threading
+import time
 
 import pytest
 
-from server import aof as aof_mod
-from server.aof import snapshot_chunks
 from broker import aof_format as fmt
 from broker import lifecycle
+from broker.aof_policy import AOFPolicy
 from broker.commands import COMMANDS
 from broker.config import Config
-from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, QUEUED
+from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, Job, make_job_id
 from broker.node import Node
-from server import check_aof
+from server import aof as aof_mod
+from server import aof_rewrite, check_aof
+from server.aof_files import create_empty
+from server.aof_rewrite import snapshot_chunks
 
 T0 = 1_700_000_000_000
 
@@ -475,7 +480,6 @@ class StepLoop:
     """Just enough of an event loop for AppendOnlyFile, driven by the test."""
 
     def __init__(self) -> None:
-        import threading
         self.ready: list = []
         self.lock = threading.Lock()
 
@@ -512,16 +516,13 @@ class _Handle:
 def test_background_rewrite_while_jobs_come_and_go(tmp_path, monkeypatch, flushall):
     """The walk of the shards interleaved with creations, acks, deletions and
     deliveries: the rewritten file loads to exactly the live jobs."""
-    import time as _time
-
-
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(aof_mod, "REWRITE_SLICE", 0)    # one shard per turn
+    monkeypatch.setattr(aof_rewrite, "REWRITE_SLICE", 0)    # one shard per turn
     clock = VirtualClock()
     node = new_node(clock)
     loop = StepLoop()
     aof = aof_mod.AppendOnlyFile(node, node.config, loop, exit_on_fatal=False)
-    aof._create_empty()
+    create_empty(aof.path)
     aof._open_append()
     aof.state = "on"
     attach(node, aof)
@@ -532,9 +533,9 @@ def test_background_rewrite_while_jobs_come_and_go(tmp_path, monkeypatch, flusha
     run(node, c, "ACKJOB", *live[:500])
     assert aof.start_rewrite() == "Background append only file rewriting started"
     turns = 0
-    deadline = _time.monotonic() + 30
+    deadline = time.monotonic() + 30
     while aof.rewrite is not None:
-        assert _time.monotonic() < deadline
+        assert time.monotonic() < deadline
         op = rnd.random()
         if op < 0.4:
             live.append(run(node, c, "ADDJOB", "qn", f"n{turns}", 0, "RETRY",
@@ -549,7 +550,7 @@ def test_background_rewrite_while_jobs_come_and_go(tmp_path, monkeypatch, flusha
             run(node, c, "DEBUG", "FLUSHALL")
         aof.flush()
         if not loop.run_one():
-            _time.sleep(0.001)          # the background fsync
+            time.sleep(0.001)          # the background fsync
         turns += 1
     assert turns > 4096                 # the walk really was interleaved
     assert aof.last_bgrewrite_status == "ok" and aof.state == "on"
@@ -567,3 +568,74 @@ def test_background_rewrite_while_jobs_come_and_go(tmp_path, monkeypatch, flusha
         if j.retry == 0 and j.flags & FLAG_DELIVERED:
             assert loaded.get_job(j.id).flags & FLAG_DELIVERED
     assert not list(tmp_path.glob("temp-*"))
+
+
+# ------------------------------------------------------------------- policy
+class AlwaysButNoFsync(AOFPolicy):
+    def fsync_before_replies(self, rewriting: bool) -> bool:
+        return False
+
+
+class RewriteKeepsNothing(AOFPolicy):
+    @staticmethod
+    def live_jobs(jobs, now: int) -> list:
+        return []
+
+
+def file_writer(node, policy=None):
+    aof = aof_mod.AppendOnlyFile(node, node.config, StepLoop(), exit_on_fatal=False,
+                                 policy=policy)
+    create_empty(aof.path)
+    aof._open_append()
+    aof.state = "on"
+    attach(node, aof)
+    return aof
+
+
+def test_the_file_writer_decides_by_its_policy_object(tmp_path, monkeypatch):
+    """The file writer asks the same policy object as the simulator's
+    (tests/sim/test_disk_sim.py): change the object, the writer follows."""
+    monkeypatch.chdir(tmp_path)
+    node = new_node()
+    node.config.appendfsync = "always"
+    c = node.new_client()
+    aof = file_writer(node)
+    assert type(aof.policy) is AOFPolicy
+    run(node, c, "ADDJOB", "q", "x", 0)
+    assert aof.fsyncs == 1 and not aof.unsynced
+    aof.policy = AlwaysButNoFsync(node.config)
+    run(node, c, "ADDJOB", "q", "x", 0)
+    assert aof.fsyncs == 1 and aof.unsynced
+    aof.policy = RewriteKeepsNothing(node.config)
+    aof.rewrite_now()
+    assert (tmp_path / "disque.aof").stat().st_size == fmt.FILE_HEADER_SIZE
+    aof.shutdown("default")
+    attach(node, None)
+
+
+# ------------------------------------------------------- the bytes on disk
+def pinned_jobs(n: int) -> list:
+    jobs = []
+    for i in range(n):
+        j = Job(make_job_id("ab" * 20, i, 86400, 30), b"q", b"body-%d" % i, ACTIVE, 1,
+                T0 + 86_400_000, T0 * 1_000_000 + i, 0, 30)
+        j.requeue_time = T0 + 30_000 + i
+        jobs.append(j)
+    return jobs
+
+
+@pytest.mark.parametrize("n, kind, digest", [
+    (1, fmt.REC_JOB_ROWS, "fc3556395fd61234afd4948afc35afe77819c11e11f57198a19c2da31927b0cd"),
+    (16, fmt.REC_JOBS, "0e732dde511f93b5cf7d8dd733631edc733631c9d82fef7b05707ea5b01f3b6f"),
+])
+def test_job_records_keep_their_bytes(n, kind, digest):
+    """Job records encode to the bytes earlier versions wrote (digests of
+    those), and the requeue time (column 12) loads back: files already on
+    disk keep loading."""
+    data = fmt.encode_jobs(pinned_jobs(n))
+    assert data[fmt.REC_HEADER_SIZE] == kind
+    assert hashlib.sha256(data).hexdigest() == digest
+    loaded, torn, _ = load(fmt.file_header() + data, now=T0 + 1000)
+    assert torn is None
+    assert sorted(j.requeue_time for j in loaded.iter_jobs()) == [T0 + 30_000 + i
+                                                                  for i in range(n)]
