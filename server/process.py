@@ -13,6 +13,7 @@ Also ``main()``: ``disquette-server`` / ``python -m broker``.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import logging
 import os
@@ -39,6 +40,12 @@ from server.seeds import Seeder
 from server.tls import TLSConfigError, build_contexts, tls_wanted
 
 log = logging.getLogger("server")
+
+
+try:    # glibc: hand the free pages inside the heap back to the system
+    _malloc_trim = ctypes.CDLL(None).malloc_trim
+except (OSError, AttributeError):
+    _malloc_trim = None
 
 
 def wall_ms() -> int:
@@ -99,6 +106,10 @@ class ServerHost(Host):
                 return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         except OSError:
             return 0
+
+    def release_memory(self) -> None:
+        if _malloc_trim is not None:
+            _malloc_trim(0)
 
     def cpu(self) -> tuple[float, float]:
         t = os.times()
