@@ -387,7 +387,7 @@ class Node:
         self.blocked_count += 1
         if self.cluster is not None:
             for q in queues:
-                self.cluster.need_jobs(q, count, now)
+                self.cluster.need_jobs(q, now)
 
     def unblock_client(self, client: Client) -> None:
         for q in client.blocked_on:

@@ -20,9 +20,6 @@ from broker.dispatch import (  # noqa: F401  (the command modules import them fr
 from broker.job import BADID, valid_job_id
 
 COMMANDS: dict[bytes, Command] = {}
-# The same commands under their lower- and upper-case names, as clients send
-# them: the hot path finds "ADDJOB" with one dict hit, without a lower() first.
-COMMANDS_ANYCASE: dict[bytes, Command] = {}
 
 
 def command(name: str, arity: int, flags: int = 0):
@@ -30,7 +27,6 @@ def command(name: str, arity: int, flags: int = 0):
     def register(fn):
         cmd = Command(name.encode(), fn, arity, flags, (fn.__doc__ or "").strip())
         COMMANDS[cmd.name] = cmd
-        COMMANDS_ANYCASE[cmd.name] = COMMANDS_ANYCASE[cmd.name.upper()] = cmd
         return fn
     return register
 
