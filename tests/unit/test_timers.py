@@ -9,7 +9,7 @@ import random
 import weakref
 
 from broker.job import ACTIVE, Job
-from broker.timers import CHUNK, RESOLUTION_MS, TimerWheel
+from broker.timers import CHUNK, FAR_MS, POP_BUDGET, RESOLUTION_MS, TimerWheel
 
 
 class J:
@@ -118,3 +118,24 @@ def test_a_bucket_bigger_than_the_budget_is_compacted_over_several_calls():
     assert calls >= 10
     assert wheel.entries == 2500 and wheel.stale == 0
     assert wheel.pop_due(1000) == jobs[::4]
+
+
+def test_a_far_job_waits_in_a_coarse_bucket_and_a_big_bucket_pops_in_slices():
+    wheel = TimerWheel(now=0)
+    far = J("far")
+    wheel.add(far, 3_600_000)                   # an hour ahead: popped early...
+    early = wheel.next_time()
+    assert 3_600_000 - FAR_MS < early <= 3_600_000 - FAR_MS // 2
+    many = [J(i) for i in range(3 * POP_BUDGET)]
+    for j in many:
+        wheel.add(j, 1000)
+    popped = []
+    while wheel.next_time() <= 1000:
+        got = wheel.pop_due(1000)
+        assert POP_BUDGET <= len(got) < POP_BUDGET + CHUNK or len(popped) + len(got) == len(many)
+        popped += got
+    assert popped == many
+    assert wheel.pop_due(early) == [far]
+    wheel.add(far, 3_600_000)                   # ...and put back in its own 10 ms bucket
+    assert wheel.next_time() == 3_600_000
+    assert wheel.pop_due(3_600_000) == [far] and wheel.entries == wheel.stale == 0
