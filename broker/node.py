@@ -44,7 +44,7 @@ QUEUE_OVERHEAD = 1024
 # many bytes per live job (and is not tiny) is rebuilt at its size, a bounded
 # number of shards per cron run (SPEC section 9: memory follows the live jobs).
 SHARD_BYTES_PER_JOB = 128
-SHARD_MIN_BYTES = 4096
+SHARD_MIN_BYTES = 1024
 SHARDS_PER_CRON = 256           # all 4096 in 1.6 s
 # Once the jobs' accounted memory fell this much below its peak and stopped
 # falling (one cron run), the host is asked to give freed memory back to the
