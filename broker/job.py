@@ -110,7 +110,7 @@ class Job:
     __slots__ = (
         "id", "queue", "body", "state", "flags", "repl", "etime", "ctime", "delay",
         "retry", "nacks", "additional_deliveries", "nodes_delivered",
-        "nodes_confirmed", "requeue_time", "gc_time", "gc_retry", "timer",
+        "nodes_confirmed", "requeue_time", "gc_time", "gc_retry", "timer", "timer_slot",
     )
 
     def __init__(self, jid: bytes, queue: bytes, body: bytes, state: int, repl: int,
@@ -135,7 +135,9 @@ class Job:
         self.requeue_time = 0       # next (re)queue time, ms (DELAY or RETRY); 0 = none
         self.gc_time = 0            # acked: next ack GC attempt, ms
         self.gc_retry = 0           # ack GC attempts so far (backoff exponent)
-        self.timer = None           # the timer-wheel bucket holding it (broker/timers.py)
+        # The timer-wheel chunk holding it and its index there (broker/timers.py).
+        self.timer = None
+        self.timer_slot = 0
 
     @property
     def state_name(self) -> bytes:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from broker.job import (
     ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_DUMMY_ACK, FLAG_QUEUED_ONCE,
-    JOB_OVERHEAD, QUEUED, WAIT_REPL, B64_INDEX, Job, job_from_fields, job_shard, make_job_id,
+    JOB_OVERHEAD, QUEUED, WAIT_REPL, Job, job_from_fields, job_shard, make_job_id,
 )
 from broker.queue import PAUSED_IN, PAUSED_OUT, Queue
 from broker.records import REC_ACK, REC_DEL, REC_DELIVERED, REC_FLUSHALL
@@ -66,12 +66,12 @@ def jitter(node) -> int:
 # ------------------------------------------------------------------ registry
 def _register(node, job: Job) -> None:
     jid = job.id
-    shard = node.job_shards[(B64_INDEX[jid[11]] << 6) | B64_INDEX[jid[12]]]  # job_shard()
+    shard = node.job_shards[job_shard(jid)]
     if jid not in shard:
         node.job_count += 1
-        node.jobs_memory += len(job.body) + JOB_OVERHEAD
+        node.jobs_memory += job.memory_size()
     shard[jid] = job
-    node.timers.add(job, wake_time(job))       # schedule()
+    schedule(node, job)
 
 
 def _record_job(node, job: Job) -> None:
@@ -204,7 +204,7 @@ def queue(node, job: Job, now: int) -> bool:
     """Put a job in its queue (Disque's queueJob). False if it is already queued,
     or is an at-most-once job already delivered. The other holders hear of it
     (QUEUED, with the counters: count a requeue before calling this)."""
-    if job.state == QUEUED or (job.retry == 0 and job.flags & FLAG_DELIVERED):
+    if not can_queue(job):
         return False
     job.state = QUEUED
     job.flags |= FLAG_QUEUED_ONCE
@@ -279,7 +279,7 @@ def deliver(node, q, now: int):
     if job.retry:
         job.requeue_time += jitter(node)
         job.flags &= ~FLAG_BCAST_WILLQUEUE
-        node.timers.add(job, wake_time(job))   # schedule()
+        schedule(node, job)
     elif node.persist:      # a delivered RETRY 0 job is never queued again
         node.records.append((REC_DELIVERED, job.id))
     q.atime = now
@@ -360,7 +360,7 @@ def delete(node, job: Job) -> None:
         dequeue(node, job)
     del shard[job.id]
     node.job_count -= 1
-    node.jobs_memory -= len(job.body) + JOB_OVERHEAD
+    node.jobs_memory -= job.memory_size()
     node.timers.cancel(job)
     if node.persist:
         node.records.append((REC_DEL, job.id))
@@ -443,7 +443,6 @@ def restore(node, jobs: list, recorded_requeue_times, now: int, plain: bool) -> 
     nq = {r: node.shared_time(now, r) if r else 0 for r in {j.retry for j in jobs}}
     times = [q if q > now else nq[j.retry] for j, q in zip(jobs, recorded_requeue_times)]
     shards = node.job_shards
-    idx = B64_INDEX
     if plain:
         # The common case, vectorised: no cluster holders, nothing acked or
         # expired: every job goes in, woken at its requeue time or expiry.
@@ -453,13 +452,13 @@ def restore(node, jobs: list, recorded_requeue_times, now: int, plain: bool) -> 
             wakes.append(t if t and t < job.etime else job.etime)
         for job in jobs:
             jid = job.id
-            shard = shards[(idx[jid[11]] << 6) | idx[jid[12]]]
+            shard = shards[job_shard(jid)]
             old = shard.get(jid)
             if old is not None:
                 _unload(node, shard, old)
             shard[jid] = job
         node.job_count += n
-        node.jobs_memory += sum(len(j.body) for j in jobs) + n * JOB_OVERHEAD
+        node.jobs_memory += sum(len(j.body) for j in jobs) + n * JOB_OVERHEAD  # Job.memory_size
         timers = node.timers
         if n and wakes.count(wakes[0]) == n:
             timers.add_many(jobs, wakes[0])
@@ -470,7 +469,7 @@ def restore(node, jobs: list, recorded_requeue_times, now: int, plain: bool) -> 
     expired = 0
     for job, t in zip(jobs, times):
         jid = job.id
-        shard = shards[(idx[jid[11]] << 6) | idx[jid[12]]]
+        shard = shards[job_shard(jid)]
         old = shard.get(jid)
         if old is not None:
             _unload(node, shard, old)
@@ -491,7 +490,7 @@ def _unload(node, shard: dict, job: Job) -> None:
     is queued while loading and nothing is logged back."""
     del shard[job.id]
     node.job_count -= 1
-    node.jobs_memory -= len(job.body) + JOB_OVERHEAD
+    node.jobs_memory -= job.memory_size()
     node.timers.cancel(job)
 
 

@@ -20,14 +20,15 @@ keeps serving.
 from __future__ import annotations
 
 import logging
+import sys
 from heapq import heappop, heappush
 
 from broker import lifecycle
 from broker.client import Client
 from broker.dispatch import F_DENYOOM, F_LOADING, F_NOAUTH, CommandError, dispatch_error
-from broker.job import ACKED, ACTIVE, B64_INDEX, FLAG_DELIVERED, SHARDS, Job, job_shard, random_node_id
+from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, SHARDS, Job, job_shard, random_node_id
 from broker.queue import PAUSED_OUT, Queue
-from broker.timers import COMPACT_SLACK, RESOLUTION_MS as TIMER_RESOLUTION_MS, TimerWheel
+from broker.timers import TimerWheel
 from protocol.resp import NULL_ARRAY, Error, Status
 
 log = logging.getLogger("broker.node")
@@ -39,6 +40,16 @@ QUEUE_IDLE_GC_MS = 300_000      # empty queues collected after 300 s idle
 CRON_INTERVAL_MS = 100          # housekeeping (queue GC, eviction) at 10 Hz
 BASE_MEMORY = 2 * 1024 * 1024   # accounted fixed cost of a node
 QUEUE_OVERHEAD = 1024
+# A dict never shrinks as keys are deleted: a job shard whose table holds this
+# many bytes per live job (and is not tiny) is rebuilt at its size, a bounded
+# number of shards per cron run (SPEC section 9: memory follows the live jobs).
+SHARD_BYTES_PER_JOB = 128
+SHARD_MIN_BYTES = 1024
+SHARDS_PER_CRON = 256           # all 4096 in 1.6 s
+# Once the jobs' accounted memory fell this much below its peak and stopped
+# falling (one cron run), the host is asked to give freed memory back to the
+# system (Host.release_memory): once after a drain, not at every step of it.
+RELEASE_MEMORY_DROP = 32 * 1024 * 1024
 # cmdstats[name] = [calls, total ns, then the latency histogram: slot
 # LATENCY_SLOT0 + b counts the commands whose duration in ns has bit length b
 # (took less than 2**b ns)].
@@ -63,6 +74,9 @@ class Host:
     def crash(self) -> None: ...
     def restart(self) -> None: ...
     def rss(self) -> int: return 0
+    # Give memory freed by deleted jobs back to the system (the allocator keeps
+    # it otherwise); the Node asks after a large drop of its live jobs.
+    def release_memory(self) -> None: ...
     def cpu(self) -> tuple[float, float]: return (0.0, 0.0)
     # The AOF file (server/aof.py): INFO persistence, BGREWRITEAOF, DEBUG LOADAOF.
     def aof_info(self) -> list | None: return None     # INFO fields; None: AOF off
@@ -102,8 +116,11 @@ class Node:
         self.job_shards: list[dict] = [{} for _ in range(SHARDS)]
         self.job_count = 0
         self.jobs_memory = 0
+        self.jobs_memory_peak = 0           # since the last release_memory
+        self._jobs_memory_last_cron = 0
+        self._shrink_cursor = 0             # next job shard shrink_job_shards looks at
         self.queues: dict[bytes, Queue] = {}
-        self.timers = TimerWheel()
+        self.timers = TimerWheel(now)
         self.clients: dict[int, Client] = {}
         self.outbox: list = []              # (client, reply) for clients other than the caller
         self.ready_queues: list[Queue] = []  # got jobs while clients were blocked on them
@@ -198,9 +215,8 @@ class Node:
             return Error("LOADING Disque is loading the dataset in memory")
         if flags & F_DENYOOM:
             maxmem = self.config.maxmemory
-            # used_memory() inlined; out_of_memory() evicts before refusing.
-            if (maxmem and BASE_MEMORY + self.jobs_memory + len(self.queues) * QUEUE_OVERHEAD
-                    >= maxmem and self.out_of_memory()):
+            # out_of_memory() evicts before refusing.
+            if maxmem and self.used_memory() >= maxmem and self.out_of_memory():
                 return Error("OOM command not allowed when used memory > 'maxmemory'.")
             if self.aof_error is not None:
                 # As Redis: no new jobs while they cannot be logged (disk full...).
@@ -222,10 +238,10 @@ class Node:
         # the duration (GET /metrics reads it): one C call and one add.
         st = self.cmdstats.get(cmd.name)
         if st is None:
-            st = self.cmdstats[cmd.name] = [0, 0] + [0] * 64
+            st = self.cmdstats[cmd.name] = [0] * (LATENCY_SLOT0 + 64)
         st[0] += 1
         st[1] += ns
-        st[ns.bit_length() + 2] += 1       # LATENCY_SLOT0 + bit length
+        st[LATENCY_SLOT0 + ns.bit_length()] += 1
         self.stats["total_commands_processed"] += 1
         client.last_cmd = cmd.name
         slower = self.config.slowlog_log_slower_than
@@ -287,7 +303,7 @@ class Node:
 
     # ------------------------------------------------------------- job registry
     def get_job(self, jid: bytes):
-        return self.job_shards[(B64_INDEX[jid[11]] << 6) | B64_INDEX[jid[12]]].get(jid)
+        return self.job_shards[job_shard(jid)].get(jid)
 
     def iter_jobs(self):
         for shard in self.job_shards:
@@ -329,9 +345,9 @@ class Node:
     def next_deadline(self):
         """Earliest time (ms) at which tick() has something to do."""
         t = self.next_cron
-        heap = self.timers.heap     # timers.next_time(), inlined: this runs after every read
-        if heap and heap[0] * TIMER_RESOLUTION_MS < t:
-            t = heap[0] * TIMER_RESOLUTION_MS
+        w = self.timers.next_time()
+        if w is not None and w < t:
+            t = w
         if self.block_heap and self.block_heap[0][0] < t:
             t = self.block_heap[0][0]
         if self.cluster is not None:
@@ -352,8 +368,8 @@ class Node:
                         self.internal_error(e, "the timer of job %r" % job.id)
                 else:
                     lifecycle.schedule(self, job)
-        if timers.entries > 2 * self.job_count + COMPACT_SLACK or timers.sweeping:
-            timers.compact()        # stale entries, a bounded slice per tick
+        if timers.needs_compaction():
+            timers.compact()        # stale slots, a bounded slice per tick
         heap = self.block_heap
         while heap and heap[0][0] <= now:
             deadline, cid = heappop(heap)
@@ -400,7 +416,7 @@ class Node:
         self.blocked_count += 1
         if self.cluster is not None:
             for q in queues:
-                self.cluster.need_jobs(q, count, now)
+                self.cluster.need_jobs(q, now)
 
     def unblock_client(self, client: Client) -> None:
         for q in client.blocked_on:
@@ -437,6 +453,27 @@ class Node:
                 break
         if self.config.maxmemory and self.memory_level() >= 2:
             self.evict(now)
+        self.shrink_job_shards()
+        mem = self.jobs_memory
+        if mem > self.jobs_memory_peak:
+            self.jobs_memory_peak = mem
+        elif (self.jobs_memory_peak - mem >= RELEASE_MEMORY_DROP
+                and mem == self._jobs_memory_last_cron):
+            self.jobs_memory_peak = mem
+            self.host.release_memory()
+        self._jobs_memory_last_cron = mem
+
+    def shrink_job_shards(self) -> None:
+        """Rebuild, at their size, the next SHARDS_PER_CRON job shards whose
+        table outgrew their jobs (in place: the same dict objects)."""
+        i = self._shrink_cursor
+        shards = self.job_shards
+        for shard in shards[i:i + SHARDS_PER_CRON]:
+            if sys.getsizeof(shard) > SHARD_MIN_BYTES + SHARD_BYTES_PER_JOB * len(shard):
+                jobs = dict(shard)
+                shard.clear()
+                shard.update(jobs)
+        self._shrink_cursor = (i + SHARDS_PER_CRON) % SHARDS
 
     # ------------------------------------------------------------------ memory
     def used_memory(self) -> int:

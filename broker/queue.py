@@ -179,15 +179,8 @@ class Queue:
     def __len__(self) -> int:
         return len(self.jobs)
 
-    def push(self, job) -> None:
-        self.jobs.add(job)
-
-    def pop(self):
-        """The oldest job, or None."""
-        return self.jobs.popleft()
-
     def remove(self, job) -> bool:
-        """Take out a queued job of this queue (see Node.dequeue_job)."""
+        """Take out a queued job of this queue (see lifecycle.dequeue)."""
         if job.queue != self.name:
             return False
         self.jobs.remove(job)

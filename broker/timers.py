@@ -1,20 +1,33 @@
 """Per-job timers: a wheel of 10 ms buckets (SPEC section 5).
 
 A job's next wake-up time is derived from its state (broker/lifecycle.py's
-wake_time), so the wheel stores no time per job: a bucket is a plain list of jobs
-(8 bytes an entry, which matters with millions of jobs), and ``job.timer`` is the
-bucket the job is due in. Every operation is O(1) plus a heap push for a new
-bucket (O(log buckets)):
+wake_time), so the wheel stores no time per job. A bucket is a list of chunks,
+a chunk a plain list of at most CHUNK jobs (8 bytes an entry, which matters
+with millions of jobs); ``job.timer`` is the chunk holding the job and
+``job.timer_slot`` its index there, always below 257, so one of Python's
+cached small ints: the position costs a job no int object of its own.
 
-- ``add`` appends the job to its bucket and points ``job.timer`` at it; the entry
-  it had elsewhere becomes stale (``job.timer`` no longer names that bucket);
-- ``cancel`` (the job is deleted) makes its entry stale;
-- ``pop_due`` returns the live entries of the buckets whose time has come.
+Every operation is O(1) plus a heap push for a new bucket (O(log buckets)):
 
-Stale entries are skipped when their bucket fires. So that deleted jobs are not
-kept alive for long, ``compact`` (called from the node's tick, never from a
-command) filters them out of a bounded number of entries per call once they
-outnumber the live ones: no command ever pays for a whole-wheel rebuild.
+- ``add`` appends the job to its bucket's last chunk; the slot it had
+  elsewhere is set to None;
+- ``cancel`` (the job is deleted) sets its slot to None;
+- ``pop_due`` returns the jobs of the buckets whose time has come.
+
+So a stale entry is a None: it costs 8 bytes and never keeps a job (and its
+body) alive, and a deleted job is freed at once by its reference count (the
+job <-> chunk cycle is broken when the slot is cleared). ``compact`` (called
+from the node's tick, never from a command) drops the Nones, a bounded number of
+entries per call, once they outnumber the live entries.
+
+A bucket's own objects (its key, its lists) live as long as the bucket and sit
+in the allocator's arenas beside the jobs created at the same time: buckets for
+every 10 ms of a day of TTLs would keep those arenas, hence the memory of jobs
+long deleted, from going back to the system. So a time more than FAR_MS ahead
+goes to a bucket on a COARSE_MS grid that fires FAR_MS / 2 early (one bucket per
+second, not a hundred); the node's tick puts the jobs it pops before their time
+back in, now in their 10 ms bucket. ``pop_due`` returns at most about
+POP_BUDGET jobs a call, so that such a bucket costs no tick a long pause.
 """
 
 from __future__ import annotations
@@ -22,91 +35,130 @@ from __future__ import annotations
 from heapq import heappop, heappush
 
 RESOLUTION_MS = 10
+CHUNK = 256                 # entries per chunk: slot indices stay cached small ints
 COMPACT_SLACK = 1024        # stale entries tolerated beyond the live ones
 COMPACT_BUDGET = 5_000      # entries looked at per compact() call (well under 1 ms)
+FAR_MS = 60_000             # times further ahead go to a coarse bucket...
+COARSE_MS = 1000            # ...on this grid, FAR_MS / 2 early
+POP_BUDGET = 10_000         # jobs pop_due returns per call, about (whole chunks)
+
+
+def _bucket(when: int, now: int) -> int:
+    """The bucket key (time // RESOLUTION_MS) for a job due at `when`: its 10 ms
+    bucket, rounded up (never early), or an early coarse one when far ahead."""
+    if when - now > FAR_MS:
+        return (when - FAR_MS // 2) // COARSE_MS * (COARSE_MS // RESOLUTION_MS)
+    return -(-when // RESOLUTION_MS)
 
 
 class TimerWheel:
-    __slots__ = ("buckets", "heap", "entries", "stale", "_sweep", "_cur")
+    __slots__ = ("buckets", "heap", "entries", "stale", "now", "_sweep", "_cur")
 
-    def __init__(self) -> None:
-        self.buckets: dict[int, list] = {}
+    def __init__(self, now: int = 0) -> None:
+        self.buckets: dict[int, list[list]] = {}    # bucket time // RESOLUTION_MS -> chunks
         self.heap: list[int] = []
-        self.entries = 0            # entries in the buckets, stale ones included
-        self.stale = 0              # entries whose job is due elsewhere or deleted
+        self.entries = 0            # slots in the buckets, stale ones (None) included
+        self.stale = 0              # slots set to None (exact)
+        self.now = now              # the last pop_due's time: what "far ahead" is from
         self._sweep: list | None = None     # bucket keys compact() has yet to visit
-        self._cur: list | None = None       # [key, bucket, read, write] being compacted
+        self._cur: list | None = None       # [key, chunks, read, write] being compacted
 
     def add(self, job, when: int) -> None:
-        """Make job due at `when` (rounded up to the bucket: never early)."""
-        b = -(-when // RESOLUTION_MS)
-        lst = self.buckets.get(b)
+        """Make job due at `when` (popped at its 10 ms bucket, never early, or
+        in an early coarse bucket when far ahead)."""
+        b = _bucket(when, self.now)
+        chunks = self.buckets.get(b)
         old = job.timer
-        if old is not None:
-            if old is lst:
-                return
-            self.stale += 1
-        if lst is None:
-            lst = self.buckets[b] = [job]
+        if chunks is None:
+            chunk = [job]
+            self.buckets[b] = [chunk]
             heappush(self.heap, b)
         else:
-            lst.append(job)
-        job.timer = lst
+            chunk = chunks[-1]
+            if old is chunk:        # due in this bucket already
+                return
+            if len(chunk) >= CHUNK:
+                chunk = [job]
+                chunks.append(chunk)
+            else:
+                chunk.append(job)
+        if old is not None:
+            old[job.timer_slot] = None
+            self.stale += 1
+        job.timer = chunk
+        job.timer_slot = len(chunk) - 1
         self.entries += 1
 
     def add_many(self, jobs: list, when: int) -> None:
         """add() for many new jobs due at the same time (the AOF loader's bulk path)."""
-        b = -(-when // RESOLUTION_MS)
-        lst = self.buckets.get(b)
-        if lst is None:
-            lst = self.buckets[b] = list(jobs)
+        if not jobs:
+            return
+        b = _bucket(when, self.now)
+        chunks = self.buckets.get(b)
+        if chunks is None:
+            chunks = self.buckets[b] = []
             heappush(self.heap, b)
-        else:
-            lst.extend(jobs)
-        for job in jobs:
-            job.timer = lst
+        for i in range(0, len(jobs), CHUNK):
+            chunk = jobs[i:i + CHUNK]
+            chunks.append(chunk)
+            for slot, job in enumerate(chunk):
+                job.timer = chunk
+                job.timer_slot = slot
         self.entries += len(jobs)
 
     def cancel(self, job) -> None:
-        if job.timer is not None:
+        chunk = job.timer
+        if chunk is not None:
+            chunk[job.timer_slot] = None
             job.timer = None
             self.stale += 1
 
-    def pop_due(self, now: int) -> list:
-        """The jobs whose bucket time has come (each once; stale entries dropped)."""
+    def pop_due(self, now: int, budget: int = POP_BUDGET) -> list:
+        """The jobs whose bucket time has come, each once, about `budget` at
+        most (whole chunks): the rest stays due (next_time() <= now). A job
+        from an early coarse bucket may not be due yet: the caller checks."""
+        self.now = now
         heap = self.heap
         limit = now // RESOLUTION_MS
         if not heap or heap[0] > limit:
             return []
+        buckets = self.buckets
         due = []
-        stale = 0
-        while heap and heap[0] <= limit:
-            lst = self.buckets.pop(heappop(heap))
-            self.entries -= len(lst)
-            for job in lst:
-                if job.timer is lst:
-                    job.timer = None
-                    due.append(job)
-                else:
-                    stale += 1
-        self.stale = max(0, self.stale - stale)
+        slots = 0
+        while heap and heap[0] <= limit and slots < budget:
+            chunks = buckets[heap[0]]
+            n = 0
+            for chunk in chunks:
+                n += 1
+                slots += len(chunk)
+                for job in chunk:
+                    if job is not None:
+                        job.timer = None
+                        due.append(job)
+                if slots >= budget:
+                    break
+            if n == len(chunks):
+                del buckets[heappop(heap)]
+            else:
+                del chunks[:n]
+        self.entries -= slots
+        self.stale -= slots - len(due)
         return due
 
-    def next_time(self):
-        return self.heap[0] * RESOLUTION_MS if self.heap else None
-
-    @property
-    def sweeping(self) -> bool:
-        return self._sweep is not None or self._cur is not None
+    def next_time(self) -> int | None:
+        """When the earliest bucket is due (ms), or None."""
+        heap = self.heap
+        return heap[0] * RESOLUTION_MS if heap else None
 
     def needs_compaction(self) -> bool:
-        return self._sweep is not None or self._cur is not None or \
-            self.stale > self.entries - self.stale + COMPACT_SLACK
+        """A sweep is under way, or stale slots outnumber the live ones."""
+        return self._sweep is not None or self.stale > self.entries - self.stale + COMPACT_SLACK
 
     def compact(self, budget: int = COMPACT_BUDGET) -> None:
-        """Drop stale entries, about `budget` entries per call: a sweep over
-        every bucket spans as many calls as it needs, a big bucket included
-        (compacted in place, live entries moved down, the tail cut when done)."""
+        """Drop stale slots, whole chunks at a time until about `budget` slots
+        were looked at: a sweep over every bucket spans as many calls as it
+        needs, a big bucket included (its chunks compacted in place, the
+        emptied ones dropped once the bucket is done)."""
         if self._sweep is None:
             self._sweep = list(self.buckets)
         sweep = self._sweep
@@ -119,39 +171,45 @@ class TimerWheel:
                     self._sweep = None
                     return
                 key = sweep.pop()
-                lst = buckets.get(key)
-                if lst is None:
+                chunks = buckets.get(key)
+                if chunks is None:
                     continue
-                cur = self._cur = [key, lst, 0, 0]
-            key, lst, r, w = cur
-            if buckets.get(key) is not lst:     # fired meanwhile: nothing to do
+                cur = self._cur = [key, chunks, 0]
+            key, chunks, r = cur
+            if buckets.get(key) is not chunks:      # fired meanwhile: nothing to do
                 self._cur = None
                 continue
-            end = min(len(lst), r + left)
-            left -= end - r
-            while r < end:
-                job = lst[r]
-                if job.timer is lst:
-                    lst[w] = job
-                    w += 1
+            n = len(chunks)
+            while r < n and left > 0:
+                chunk = chunks[r]
                 r += 1
-            if r >= len(lst):
-                removed = r - w
-                del lst[w:]
-                self.entries -= removed
-                self.stale = max(0, self.stale - removed)
-                self._cur = None
+                size = len(chunk)
+                left -= size + 1
+                if None in chunk:
+                    live = [job for job in chunk if job is not None]
+                    chunk[:] = live         # the same list: job.timer stays right
+                    for slot, job in enumerate(live):
+                        job.timer_slot = slot
+                    self.entries -= size - len(live)
+                    self.stale -= size - len(live)
+            if r < n:
+                cur[2] = r
             else:
-                cur[2], cur[3] = r, w
-        # Entries between write and read are copies of moved ones, or stale:
-        # pop_due meets a moved job first and skips the copy.
+                # Done with this bucket: drop its emptied chunks (one pass over
+                # the chunk list, not the entries), keeping a last chunk for
+                # add() to append to.
+                if not all(chunks):
+                    chunks[:] = [c for c in chunks if c] or [[]]
+                self._cur = None
 
     def clear(self) -> None:
-        # Jobs point at their bucket and buckets hold jobs: break those cycles so
-        # dropped jobs are freed by reference counting, not by the cyclic GC.
-        for lst in self.buckets.values():
-            for job in lst:
-                job.timer = None
+        # Live jobs point at their chunk and chunks hold them: break those cycles
+        # so dropped jobs are freed by reference counting, not by the cyclic GC.
+        for chunks in self.buckets.values():
+            for chunk in chunks:
+                for job in chunk:
+                    if job is not None:
+                        job.timer = None
         self.buckets.clear()
         self.heap.clear()
         self.entries = 0

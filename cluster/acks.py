@@ -28,7 +28,7 @@ def _other_nodes(cluster) -> list:
 
 
 def try_job_gc(cluster, job, now: int) -> None:
-    node = cluster.node
+    broker = cluster.broker
     if job.state != ACKED:
         return
     if job.flags & FLAG_DUMMY_ACK:
@@ -38,38 +38,38 @@ def try_job_gc(cluster, job, now: int) -> None:
             _drop_dummy(cluster, job)
             return
         cluster.send_many(targets, B.SETACK, [job.id, 0])
-        lifecycle.gc_backoff(node, job, now)
+        lifecycle.gc_backoff(broker, job, now)
         return
     others = cluster.others_of(job)
     confirmed = job.nodes_confirmed or ()
     missing = [n for n in others if n not in confirmed]
     if not missing:
         cluster.send_many(others, B.DELJOB, job.id)
-        lifecycle.delete(node, job)
+        lifecycle.delete(broker, job)
         return
     cluster.send_many(missing, B.SETACK, [job.id, len(job.nodes_delivered)])
-    lifecycle.gc_backoff(node, job, now)
+    lifecycle.gc_backoff(broker, job, now)
 
 
 def _drop_dummy(cluster, job) -> None:
     cluster.dummy_acks.pop(job.id, None)
-    lifecycle.delete(cluster.node, job)
+    lifecycle.delete(cluster.broker, job)
 
 
 def ack_unknown_job(cluster, jid: bytes) -> None:
     """ACKJOB of an id we do not hold: remember the ack and spread it."""
-    node = cluster.node
-    if len(cluster.m.known_ids()) <= 1 or node.leaving or not id_is_at_least_once(jid):
+    broker = cluster.broker
+    if len(cluster.m.known_ids()) <= 1 or broker.leaving or not id_is_at_least_once(jid):
         return
-    now = node.clock()
-    job = lifecycle.add_dummy_ack(node, jid, max(ttl_from_id(jid), 60), now)
+    now = broker.clock()
+    job = lifecycle.add_dummy_ack(broker, jid, max(ttl_from_id(jid), 60), now)
     try_job_gc(cluster, job, now)
 
 
 def on_setack(cluster, sender: str, payload, now: int) -> None:
     jid, may_have = payload
-    node = cluster.node
-    job = node.get_job(jid)
+    broker = cluster.broker
+    job = broker.get_job(jid)
     if job is None:
         cluster.tombstone(jid)      # a REPLJOB still in flight must not revive it
         cluster.send(sender, B.GOTACK, [jid, 0])
@@ -77,7 +77,7 @@ def on_setack(cluster, sender: str, payload, now: int) -> None:
     dummy = bool(job.flags & FLAG_DUMMY_ACK)
     if job.state != ACKED:
         # The sender collects; we take over only if it does not finish.
-        lifecycle.ack(node, job, now, gc_in=GC_FIRST_MS)
+        lifecycle.ack(broker, job, now, gc_in=GC_FIRST_MS)
     cluster.send(sender, B.GOTACK, [jid, 0 if dummy else 1])
     if not dummy and len(job.nodes_delivered or ()) > may_have:
         # We know holders the sender does not (or it holds a dummy ack): collect now.
@@ -86,8 +86,8 @@ def on_setack(cluster, sender: str, payload, now: int) -> None:
 
 def on_gotack(cluster, sender: str, payload, now: int) -> None:
     jid, known = payload
-    node = cluster.node
-    job = node.get_job(jid)
+    broker = cluster.broker
+    job = broker.get_job(jid)
     if job is None or job.state != ACKED:
         return
     if job.flags & FLAG_DUMMY_ACK:
@@ -106,15 +106,15 @@ def on_gotack(cluster, sender: str, payload, now: int) -> None:
     others = cluster.others_of(job)
     if all(n in job.nodes_confirmed for n in others):
         cluster.send_many(others, B.DELJOB, jid)
-        lifecycle.delete(node, job)
+        lifecycle.delete(broker, job)
 
 
 def on_deljob(cluster, sender: str, jid, now: int) -> None:
-    node = cluster.node
-    job = node.get_job(jid)
+    broker = cluster.broker
+    job = broker.get_job(jid)
     if job is not None:
         cluster.dummy_acks.pop(job.id, None)
-        lifecycle.delete(node, job)
+        lifecycle.delete(broker, job)
     elif jid in cluster.pending:
         # An ADDJOB of ours replicated externally (no copy here) ends too.
         replication.abort(cluster, cluster.pending[jid], replication.NOREPL_REMOVED)

@@ -2,11 +2,13 @@
 Membership (node table, failure detection) and the job state machines
 (replication, requeue, acks, federation), sans-IO.
 
-The Node calls the methods of ``Cluster`` named in broker/node.py (job_queued,
-before_requeue, try_job_gc, need_jobs...). Bus messages come in through
-``handle_message``; everything to send, save or drop goes to ``self.out`` as the
-Membership's output objects (Send, DropLink, SaveConfig, NodeEvent), drained by
-whoever runs the node (cluster/bus.py's shell, or cluster/sim.py).
+The broker core calls the methods of ``Cluster`` named in broker/lifecycle.py
+(job_queued, before_requeue, try_job_gc, job_deleted...) and broker/node.py
+(need_jobs, client_closed...). Bus messages come in through ``handle_message``;
+everything to send, save or drop goes to ``self.out`` as the Membership's output
+objects (Send, DropLink, SaveConfig, NodeEvent), drained by whoever runs the node
+(server/driver.py, for the process's bus in server/bus.py or the simulator in
+cluster/sim.py).
 
 Job-layer messages are not turned into Sends one by one: ``send``/``send_many``
 queue (type, payload) per destination and ``drain`` makes one Send per node out
@@ -61,8 +63,8 @@ def announced_address(config) -> tuple[str, int, int]:
 
 
 class Cluster:
-    def __init__(self, node, membership: Membership) -> None:
-        self.node = node
+    def __init__(self, broker, membership: Membership) -> None:
+        self.broker = broker
         self.m = membership
         self.out: list = []
         # Job-layer messages not drained yet: node id -> [type, payload, type, ...]
@@ -79,7 +81,7 @@ class Cluster:
         self.tombstones: dict[bytes, int] = {}   # deleted job id -> until (insertion order)
         self.next_membership_tick = 0
         self.events: list[NodeEvent] = []
-        node.cluster = self
+        broker.cluster = self
 
     # ------------------------------------------------------------- plumbing
     @property
@@ -104,7 +106,7 @@ class Cluster:
         """CLUSTER RESET: forget every node; HARD also drops every job and takes
         a new id."""
         if hard:
-            lifecycle.flush_all(self.node)
+            lifecycle.flush_all(self.broker)
         else:
             replication.abort_all(self, replication.NOREPL_REMOVED)
         self.pending.clear()            # ASYNC ones too: no peer left to confirm
@@ -120,9 +122,9 @@ class Cluster:
         """Directives the cluster layer applies at run time (from
         Node.config_changed, after CONFIG SET)."""
         if name == "cluster-node-timeout":
-            self.m.node_timeout = self.node.config.cluster_node_timeout
+            self.m.node_timeout = self.broker.config.cluster_node_timeout
         elif name.startswith("cluster-announce"):
-            self._collect(self.m.set_address(*announced_address(self.node.config)))
+            self._collect(self.m.set_address(*announced_address(self.broker.config)))
 
     def save_config(self):
         return SaveConfig(self.m.to_nodes_conf())
@@ -206,7 +208,7 @@ class Cluster:
         if msg.malformed:
             # Payloads protocol/bus.py rejected: the peer's fault, only those
             # messages are dropped.
-            self.node.stats["malformed_bus_messages"] += msg.malformed
+            self.broker.stats["malformed_bus_messages"] += msg.malformed
             log.warning("Dropped %d malformed %s message(s) from %s", msg.malformed,
                         msg.type_name, msg.sender)
             if mtype != B.BATCH:
@@ -225,8 +227,8 @@ class Cluster:
                 handler = HANDLERS.get(mtype)
                 if handler is not None:
                     self._run(handler, sender, mtype, msg.payload, now)
-        if self.node.ready_queues:
-            self.node.serve_ready_queues()
+        if self.broker.ready_queues:
+            self.broker.serve_ready_queues()
 
     def _run(self, handler, sender: str, mtype: int, payload, now: int) -> None:
         """One job-layer message, of the shape its type has (protocol/bus.py
@@ -236,7 +238,7 @@ class Cluster:
         try:
             handler(self, sender, payload, now)
         except Exception as e:
-            self.node.internal_error(e, "the %s handler" % B.TYPE_NAMES.get(mtype, mtype))
+            self.broker.internal_error(e, "the %s handler" % B.TYPE_NAMES.get(mtype, mtype))
 
     def job_deleted(self, job) -> None:
         if job.nodes_delivered:
@@ -250,7 +252,7 @@ class Cluster:
     def tombstone(self, jid: bytes) -> None:
         t = self.tombstones
         t.pop(jid, None)        # re-insert at the end: expiry order = insertion order
-        t[jid] = self.node.clock() + TOMBSTONE_MS
+        t[jid] = self.broker.clock() + TOMBSTONE_MS
         if len(t) > MAX_TOMBSTONES:
             del t[next(iter(t))]
 
@@ -272,8 +274,8 @@ class Cluster:
 
     def next_deadline(self):
         if self.push_pending:
-            return self.node.clock()
-        return self.node.clock() + 50 if self.pending else None
+            return self.broker.clock()
+        return self.broker.clock() + 50 if self.pending else None
 
     def on_event(self, ev: NodeEvent) -> None:
         self.events.append(ev)
@@ -313,7 +315,9 @@ class Cluster:
             replication.abort(self, p, replication.NOREPL_REMOVED)
         acks.fastack(self, jid, job)
 
-    def need_jobs(self, q, count: int, now: int) -> None:
+    def need_jobs(self, q, now: int) -> None:
+        """Clients wait on empty q: NEEDJOBS, for as many jobs as they wait for
+        (federation.need_jobs counts them on the queue)."""
         federation.need_jobs(self, q, now)
 
     def broadcast_pause(self, q) -> None:

@@ -28,8 +28,8 @@ def _delay(attempt: int, low: int, high: int) -> int:
 
 def need_jobs(cluster, q, now: int) -> None:
     """Ask for jobs for q if its backoff allows (called while clients wait)."""
-    node = cluster.node
-    if node.leaving or q.jobs:
+    broker = cluster.broker
+    if broker.leaving or q.jobs:
         return
     cluster.hungry.add(q.name)
     count = max(1, sum(c.block_count for c in q.blocked))
@@ -55,10 +55,10 @@ def need_jobs(cluster, q, now: int) -> None:
 
 
 def tick(cluster, now: int) -> None:
-    node = cluster.node
+    broker = cluster.broker
     if cluster.push_pending:
         for name in sorted(cluster.push_pending):
-            q = node.queues.get(name)
+            q = broker.queues.get(name)
             if q is not None and q.jobs:
                 push_to_interested(cluster, q, now)
         cluster.push_pending.clear()
@@ -66,7 +66,7 @@ def tick(cluster, now: int) -> None:
     if not hungry:
         return
     for name in list(hungry):
-        q = node.queues.get(name)
+        q = broker.queues.get(name)
         if q is None or not q.blocked:
             hungry.discard(name)
             if q is not None:
@@ -77,13 +77,13 @@ def tick(cluster, now: int) -> None:
 
 def _take_jobs(cluster, q, count: int, receiver: str, now: int) -> list:
     """Dequeue up to count jobs for another node (moving RETRY 0 jobs)."""
-    node = cluster.node
+    broker = cluster.broker
     out = []
     while len(out) < count and q.jobs:
         job = q.jobs.pop(0)
         q.jobs_out += 1
         fields = job_to_fields(job)
-        lifecycle.take_for_peer(node, job, receiver, now)
+        lifecycle.take_for_peer(broker, job, receiver, now)
         fields[12] = sorted(job.nodes_delivered) if job.retry else None
         out.append(fields)
     q.atime = now
@@ -93,8 +93,8 @@ def _take_jobs(cluster, q, count: int, receiver: str, now: int) -> list:
 def on_needjobs(cluster, sender: str, payload, now: int) -> None:
     name, count = bytes(payload[0]), payload[1]
     next_ask = payload[2] if len(payload) > 2 else BCAST_MIN_MS
-    node = cluster.node
-    q = node.queues.get(name)
+    broker = cluster.broker
+    q = broker.queues.get(name)
     if q is None or not q.jobs or q.flags & PAUSED_OUT:
         cluster.interest.setdefault(name, {})[sender] = now + next_ask + INTEREST_GRACE_MS
         return
@@ -122,19 +122,19 @@ def push_to_interested(cluster, q, now: int) -> bool:
 
 
 def on_yourjobs(cluster, sender: str, jobs, now: int) -> None:
-    node = cluster.node
+    broker = cluster.broker
     imported = 0
     q = None
     cluster.importing = True    # imported jobs are not pushed on to other askers
     for fields in jobs:
-        if cluster.is_tombstoned(fields[0]) and node.get_job(fields[0]) is None:
+        if cluster.is_tombstoned(fields[0]) and broker.get_job(fields[0]) is None:
             continue
-        job = lifecycle.adopt_moved(node, fields, sender, now)
+        job = lifecycle.adopt_moved(broker, fields, sender, now)
         if job is None:
             continue
-        if lifecycle.queue(node, job, now):
+        if lifecycle.queue(broker, job, now):
             imported += 1
-        q = node.queues.get(job.queue)
+        q = broker.queues.get(job.queue)
     cluster.importing = False
     if q is not None and imported:
         if q.needjobs_responders is None:
@@ -145,6 +145,6 @@ def on_yourjobs(cluster, sender: str, jobs, now: int) -> None:
 
 
 def on_pause(cluster, sender: str, payload, now: int) -> None:
-    node = cluster.node
-    q = node.get_queue(bytes(payload[0]), create=True)
-    node.set_queue_pause(q, payload[1])
+    broker = cluster.broker
+    q = broker.get_queue(bytes(payload[0]), create=True)
+    broker.set_queue_pause(q, payload[1])

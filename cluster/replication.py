@@ -59,18 +59,18 @@ def _answer(cluster, p: PendingAdd, reply) -> None:
     p.reply = reply
     waiting = cluster.waiting_adds[client]
     while waiting and waiting[0].reply is not None:
-        cluster.node.outbox.append((client, waiting.popleft().reply))
+        cluster.broker.outbox.append((client, waiting.popleft().reply))
     if not waiting:
         del cluster.waiting_adds[client]
 
 
 def replicate_new_job(cluster, client, job, timeout: int, is_async: bool, external: bool):
-    node = cluster.node
-    now = node.clock()
+    broker = cluster.broker
+    now = broker.clock()
     peers = cluster.m.reachable_sorted()
     wanted = job.repl if external else job.repl - 1
     # Every reachable peer (REPLICATE 3 on 3 nodes): no choice to make.
-    chosen = peers if wanted == len(peers) else node.rng.sample(peers, wanted)
+    chosen = peers if wanted == len(peers) else broker.rng.sample(peers, wanted)
     if external:
         job.nodes_delivered = set(chosen)
         job.nodes_confirmed = set()
@@ -84,25 +84,25 @@ def replicate_new_job(cluster, client, job, timeout: int, is_async: bool, extern
     if not is_async:
         cluster.waiting_adds.setdefault(client, deque()).append(p)
     if not external:
-        lifecycle.add_pending(node, job)    # wait-repl until confirmed (or ASYNC below)
+        lifecycle.add_pending(broker, job)    # wait-repl until confirmed (or ASYNC below)
     cluster.send_many(chosen, B.REPLJOB, job_to_fields(job))
     if is_async:
         if not external:
-            lifecycle.activate(node, job, now)
+            lifecycle.activate(broker, job, now)
         return Status(job.id.decode())
     return BLOCKED
 
 
 def _achieved(cluster, p: PendingAdd, now: int) -> None:
-    node = cluster.node
+    broker = cluster.broker
     job = p.job
     del cluster.pending[job.id]
     if p.external:
         # Have one holder queue it; we keep nothing.
-        target = node.rng.choice(sorted(job.nodes_confirmed))
+        target = broker.rng.choice(sorted(job.nodes_confirmed))
         cluster.send(target, B.ENQUEUE, job.id)
     elif not p.is_async:
-        lifecycle.activate(node, job, now)
+        lifecycle.activate(broker, job, now)
     _answer(cluster, p, Status(job.id.decode()))
 
 
@@ -111,11 +111,11 @@ def abort(cluster, p: PendingAdd, reply) -> None:
     gets `reply` (an error, never the id), the copies made are deleted (DELJOB,
     best effort), and ours."""
     job = p.job
-    node = cluster.node
+    broker = cluster.broker
     cluster.pending.pop(job.id, None)
     cluster.send_many(cluster.others_of(job), B.DELJOB, job.id)
-    if not p.external and node.is_registered(job):
-        lifecycle.delete(node, job)
+    if not p.external and broker.is_registered(job):
+        lifecycle.delete(broker, job)
     _answer(cluster, p, reply)
 
 
@@ -166,7 +166,7 @@ def on_gotjob(cluster, sender: str, jid, now: int) -> None:
 def tick(cluster, now: int) -> None:
     if not cluster.pending:
         return
-    node = cluster.node
+    broker = cluster.broker
     for p in list(cluster.pending.values()):
         job = p.job
         if job.state == ACKED:
@@ -185,14 +185,14 @@ def tick(cluster, now: int) -> None:
                 continue                # live job: stop widening, keep it
             cluster.send_many(cluster.others_of(job), B.DELJOB, job.id)
             if not p.external:
-                lifecycle.delete(node, job)
+                lifecycle.delete(broker, job)
             _answer(cluster, p, NOREPL_TIMEOUT)
             continue
         if now >= p.next_widen:
             p.next_widen = now + WIDEN_EVERY_MS
             spare = sorted(set(cluster.m.reachable_ids()) - job.nodes_delivered)
             if spare:
-                job.nodes_delivered.add(node.rng.choice(spare))
+                job.nodes_delivered.add(broker.rng.choice(spare))
             missing = [n for n in sorted(job.nodes_delivered) if n not in job.nodes_confirmed]
             cluster.send_many(missing, B.REPLJOB, job_to_fields(job))
 
@@ -200,26 +200,26 @@ def tick(cluster, now: int) -> None:
 def on_repljob(cluster, sender: str, fields, now: int) -> None:
     """A peer asks us to hold a copy. Refused (no GOTJOB) over 75% memory, while
     leaving or loading the AOF, or when the queue is paused in."""
-    node = cluster.node
-    if node.leaving or node.loading or node.memory_level() >= 1:
+    broker = cluster.broker
+    if broker.leaving or broker.loading or broker.memory_level() >= 1:
         return
     jid = fields[0]
-    q = node.queues.get(fields[1])
+    q = broker.queues.get(fields[1])
     if q is not None and q.flags & PAUSED_IN:
         return
-    if jid in cluster.tombstones and node.get_job(jid) is None:
+    if jid in cluster.tombstones and broker.get_job(jid) is None:
         return                          # a late REPLJOB for a job already collected
-    lifecycle.adopt_replica(node, fields, now)
+    lifecycle.adopt_replica(broker, fields, now)
     cluster.send(sender, B.GOTJOB, jid)
 
 
 def on_enqueue(cluster, sender: str, jid, now: int) -> None:
     """The originator kept no copy (external replication): we queue the job."""
-    node = cluster.node
-    job = node.get_job(jid)
+    broker = cluster.broker
+    job = broker.get_job(jid)
     if job is None or job.state in (ACKED, QUEUED, WAIT_REPL):
         return
-    lifecycle.enqueue_after_delay(node, job, now)
+    lifecycle.enqueue_after_delay(broker, job, now)
 
 
 def client_closed(cluster, client) -> None:

@@ -51,8 +51,8 @@ def queued_payload(job) -> list:
 
 
 def on_willqueue(cluster, sender: str, jid, now: int) -> None:
-    node = cluster.node
-    job = node.get_job(jid)
+    broker = cluster.broker
+    job = broker.get_job(jid)
     if job is None:
         return
     if job.state == QUEUED:
@@ -62,9 +62,9 @@ def on_willqueue(cluster, sender: str, jid, now: int) -> None:
 
 
 def on_queued(cluster, sender: str, payload, now: int) -> None:
-    node = cluster.node
+    broker = cluster.broker
     jid, nacks, deliveries = payload
-    job = node.get_job(jid)
+    job = broker.get_job(jid)
     if job is None or job.state == ACKED:
         return
     lifecycle.merge_counters(job, nacks, deliveries)
@@ -74,13 +74,13 @@ def on_queued(cluster, sender: str, payload, now: int) -> None:
         # We win: tell the sender, which then drops its queued copy.
         cluster.send(sender, B.QUEUED, queued_payload(job))
         return
-    lifecycle.postpone(node, job, now)
+    lifecycle.postpone(broker, job, now)
 
 
 def on_working(cluster, sender: str, jid, now: int) -> None:
     """A client is still working on the job: postpone our requeue too."""
-    node = cluster.node
-    job = node.get_job(jid)
+    broker = cluster.broker
+    job = broker.get_job(jid)
     if job is None or job.state == ACKED:
         return
-    lifecycle.postpone(node, job, now)
+    lifecycle.postpone(broker, job, now)

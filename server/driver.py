@@ -74,12 +74,6 @@ class OutputDriver:
             self.node.records.clear()
             self.node.aof_error = None
 
-    @property
-    def holding(self) -> bool:
-        """Replies must wait: records of this turn are not written yet."""
-        aof = self.aof
-        return aof is not None and bool(self.held or self.node.records or aof.pending)
-
     # ------------------------------------------------------------------- replies
     def write_reply(self, conn, data) -> None:
         """An encoded reply for ``conn`` (``conn.write_now(data)`` sends it):

@@ -5,6 +5,7 @@ reconfiguration a CONFIG SET asks for (server/reconfigure.py)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 
@@ -12,6 +13,11 @@ from broker.dispatch import CommandError
 from broker.node import Host
 from protocol.resp import READER
 from server import reconfigure
+
+try:    # glibc: hand the free pages inside the heap back to the system
+    _malloc_trim = ctypes.CDLL(None).malloc_trim
+except (OSError, AttributeError):
+    _malloc_trim = None
 
 
 class ServerHost(Host):
@@ -67,6 +73,10 @@ class ServerHost(Host):
     @property
     def resp_parser(self) -> str:
         return READER
+
+    def release_memory(self) -> None:
+        if _malloc_trim is not None:
+            _malloc_trim(0)
 
     def rss(self) -> int:
         try:

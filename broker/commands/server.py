@@ -6,14 +6,21 @@ from __future__ import annotations
 import platform
 import re
 import sys
+from importlib.machinery import EXTENSION_SUFFIXES
 
-from broker import lifecycle
+from broker import job, lifecycle
 from broker.commands.args import SYNTAX_ERROR, parse_int
 from broker.commands.table import command
 from broker.dispatch import F_ADMIN, F_LOADING, F_NOAUTH, FLAG_NAMES, CommandError
 from broker.commands.connection import VERSION
 from broker.config import ConfigError, format_memory
+from protocol import resp
 from protocol.resp import OK, Error, Map, Status, Verbatim
+
+# INFO compiled_core: whether the core runs compiled (Cython or mypyc build
+# extension modules, .so), read from what was loaded, not declared.
+COMPILED_CORE = "yes" if any(m.__file__.endswith(tuple(EXTENSION_SUFFIXES))
+                             for m in (job, resp)) else "no"
 
 
 @command("time", 1, F_LOADING)
@@ -33,7 +40,7 @@ def _section_server(node, now):
         ("arch_bits", "64" if sys.maxsize > 2**32 else "32"),
         ("multiplexing_api", node.host.multiplexing_api),
         ("resp_parser", node.host.resp_parser),
-        ("compiled_core", "no"),
+        ("compiled_core", COMPILED_CORE),
         ("python_version", platform.python_version()),
         ("process_id", node.host.pid),
         ("run_id", node.myself_id),

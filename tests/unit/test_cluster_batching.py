@@ -108,9 +108,9 @@ def test_replicated_addjobs_travel_as_one_frame_each_way():
     nodes = make_cluster()
     a = nodes[0]
     by_id = {c.myself_id: c for c in nodes}
-    clients = [a.node.new_client("c%d" % i) for i in range(5)]
+    clients = [a.broker.new_client("c%d" % i) for i in range(5)]
     for cl in clients:
-        r = a.node.handle_command(cl, [b"ADDJOB", b"q", b"body", b"0", b"REPLICATE", b"3"])
+        r = a.broker.handle_command(cl, [b"ADDJOB", b"q", b"body", b"0", b"REPLICATE", b"3"])
         assert r is BLOCKED
     out = sends(a.drain())
     assert len(out) == 2 and all(s.msg.type == B.BATCH for s in out)
@@ -119,15 +119,15 @@ def test_replicated_addjobs_travel_as_one_frame_each_way():
     for s in out:
         peer = by_id[s.node_id]
         peer.handle_message(Link("10.0.0.1", peer.m.myself.ip), wire(s.msg), NOW)
-        assert peer.node.job_count == 5
+        assert peer.broker.job_count == 5
         (reply,) = sends(peer.drain())
         assert reply.node_id == a.myself_id
         assert reply.msg.type == B.BATCH and reply.msg.payload[0::2] == [B.GOTJOB] * 5
         back.append(reply)
     for s in back:
         a.handle_message(Link("10.0.0.2", "10.0.0.1"), wire(s.msg), NOW)
-    assert [c for c, _ in a.node.outbox] == clients
-    assert all(isinstance(r, Status) and r.startswith("D-") for _, r in a.node.outbox)
+    assert [c for c, _ in a.broker.outbox] == clients
+    assert all(isinstance(r, Status) and r.startswith("D-") for _, r in a.broker.outbox)
     assert not a.pending
 
 
@@ -152,7 +152,7 @@ def test_a_batch_too_big_for_one_frame_goes_message_by_message(monkeypatch):
             sent.append((node_id, frame))
 
     a, b, _ = make_cluster()
-    driver = driver_mod.OutputDriver(a.node, a, bus=FakeBus())
+    driver = driver_mod.OutputDriver(a.broker, a, bus=FakeBus())
     a.send(b.myself_id, B.GOTJOB, J1)
     a.send(b.myself_id, B.DELJOB, J2)
     driver.flush()
@@ -169,8 +169,8 @@ def test_a_malformed_message_drops_only_itself():
     rejected where the message is decoded (protocol/bus.py), counted and
     dropped; the rest of the batch is still handled."""
     a, b, _ = make_cluster()
-    c = b.node.new_client()
-    jid = b.node.handle_command(c, [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"1"])
+    c = b.broker.new_client()
+    jid = b.broker.handle_command(c, [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"1"])
     jid = jid.encode()
     a.send(b.myself_id, B.REPLJOB, 5)                 # not a job at all
     a.send(b.myself_id, B.SETACK, [b"too-short"])     # missing may-have
@@ -179,9 +179,9 @@ def test_a_malformed_message_drops_only_itself():
     msg = wire(s.msg)
     assert msg.malformed == 2 and msg.payload == [B.DELJOB, jid]
     b.handle_message(Link("10.0.0.1", "10.0.0.2"), msg, NOW)
-    assert b.node.get_job(jid) is None
-    assert b.node.stats["malformed_bus_messages"] == 2
-    assert b.node.stats["internal_errors"] == 0
+    assert b.broker.get_job(jid) is None
+    assert b.broker.stats["malformed_bus_messages"] == 2
+    assert b.broker.stats["internal_errors"] == 0
 
 
 def test_a_malformed_single_message_keeps_its_header():
@@ -191,7 +191,7 @@ def test_a_malformed_single_message_keeps_its_header():
     msg = wire(s.msg)
     assert msg.type == B.GOTACK and msg.malformed == 1 and msg.payload is None
     b.handle_message(Link("10.0.0.1", "10.0.0.2"), msg, NOW)
-    assert b.node.stats["malformed_bus_messages"] == 1
+    assert b.broker.stats["malformed_bus_messages"] == 1
 
 
 def test_a_bug_in_a_handler_is_an_internal_error_not_a_malformed_message(monkeypatch):
@@ -202,8 +202,8 @@ def test_a_bug_in_a_handler_is_an_internal_error_not_a_malformed_message(monkeyp
 
     from cluster import cluster as cluster_mod
     a, b, _ = make_cluster()
-    c = b.node.new_client()
-    jid = b.node.handle_command(c, [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"1"]).encode()
+    c = b.broker.new_client()
+    jid = b.broker.handle_command(c, [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"1"]).encode()
 
     def broken(cl, sender, payload, now):
         raise AttributeError("a bug of ours")
@@ -214,10 +214,10 @@ def test_a_bug_in_a_handler_is_an_internal_error_not_a_malformed_message(monkeyp
     (s,) = sends(a.drain())
     with pytest.raises(AttributeError):
         b.handle_message(Link("10.0.0.1", "10.0.0.2"), wire(s.msg), NOW)
-    b.node.strict = False
+    b.broker.strict = False
     b.handle_message(Link("10.0.0.1", "10.0.0.2"), wire(s.msg), NOW)
-    assert b.node.stats["internal_errors"] == 1
-    assert b.node.stats["malformed_bus_messages"] == 0
-    assert b.node.get_job(jid) is None                  # the DELJOB after it still ran
-    info = b.node.handle_command(c, [b"INFO", b"stats"])      # verbatim text
+    assert b.broker.stats["internal_errors"] == 1
+    assert b.broker.stats["malformed_bus_messages"] == 0
+    assert b.broker.get_job(jid) is None                  # the DELJOB after it still ran
+    info = b.broker.handle_command(c, [b"INFO", b"stats"])      # verbatim text
     assert "internal_errors:1\r\n" in info

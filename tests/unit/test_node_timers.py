@@ -80,6 +80,19 @@ def test_ttl_expires_job_wherever_it_is(node, clock):
     assert node.job_count == 0
 
 
+def test_a_ttl_far_ahead_expires_on_time_not_early(node, clock):
+    c = node.new_client()
+    queued = run(node, c, "ADDJOB", "q", "a", 0, "TTL", 600, "RETRY", 300)
+    active = run(node, c, "ADDJOB", "q", "b", 0, "TTL", 600, "RETRY", 300)
+    run(node, c, "DEQUEUE", active)
+    advance(node, clock, 599_900, step=1000)
+    assert run(node, c, "SHOW", queued) is not None
+    assert run(node, c, "SHOW", active) is not None
+    advance(node, clock, 200)
+    assert run(node, c, "SHOW", queued) is None and run(node, c, "SHOW", active) is None
+    assert node.job_count == 0
+
+
 def test_retry_zero_is_delivered_once(node, clock):
     c = node.new_client()
     jid = run(node, c, "ADDJOB", "q", "x", 0, "RETRY", 0)

@@ -1,19 +1,76 @@
-"""The timer wheel (broker/timers.py): every operation O(1)/O(log n), stale
-entries compacted a slice at a time, never a live one lost or fired twice."""
+"""The timer wheel (broker/timers.py): every operation O(1)/O(log n), a stale
+entry never keeps a job alive, stale slots compacted a slice at a time, never a
+live job lost or fired twice."""
 
 from __future__ import annotations
 
+import gc
 import random
+import weakref
 
-from broker.timers import RESOLUTION_MS, TimerWheel
+from broker.job import ACTIVE, Job
+from broker.timers import CHUNK, FAR_MS, POP_BUDGET, RESOLUTION_MS, TimerWheel
 
 
 class J:
-    __slots__ = ("name", "timer")
+    __slots__ = ("name", "timer", "timer_slot")
 
     def __init__(self, name) -> None:
         self.name = name
         self.timer = None
+        self.timer_slot = 0
+
+
+class WeakJob(Job):
+    """A real Job that a weak reference can watch."""
+    __slots__ = ("__weakref__",)
+
+
+def weak_job(n: int) -> WeakJob:
+    jid = b"D-dcb833cf-%024d-05a1" % n
+    return WeakJob(jid, b"q", b"x" * 1000, ACTIVE, 1, 10**9, 0, 0, 30)
+
+
+def test_a_cancelled_or_moved_job_is_not_referenced_by_the_wheel():
+    wheel = TimerWheel()
+    gc.disable()                    # freed by reference counting alone, at once
+    try:
+        others = [weak_job(i) for i in range(3 * CHUNK)]
+        for j in others:
+            wheel.add(j, 5000)
+        cancelled, moved = weak_job(10_001), weak_job(10_002)
+        wheel.add(cancelled, 5000)
+        wheel.add(moved, 5000)
+        for j in others[CHUNK:]:
+            wheel.add(j, 6000)      # moves: the job leaves a None behind
+        gone_cancelled, gone_moved = weakref.ref(cancelled), weakref.ref(moved)
+        wheel.cancel(cancelled)
+        wheel.add(moved, 9000)
+        wheel.cancel(moved)
+        del cancelled, moved
+        assert gone_cancelled() is None and gone_moved() is None
+        assert wheel.stale == 2 * CHUNK + 2 + 1     # every moved and cancelled slot
+    finally:
+        gc.enable()
+    assert sorted(j.id for j in wheel.pop_due(9000)) == sorted(j.id for j in others)
+
+
+def test_compaction_keeps_each_jobs_slot_right():
+    wheel = TimerWheel()
+    jobs = [J(i) for i in range(5 * CHUNK + 7)]
+    for j in jobs:
+        wheel.add(j, 1000)
+    for j in jobs[::3]:
+        wheel.cancel(j)
+    while True:                     # a full sweep, whatever the stale count
+        wheel.compact(budget=100)
+        if not wheel.needs_compaction():
+            break
+    assert wheel.stale == 0 and wheel.entries == len(jobs) - len(jobs[::3])
+    for j in jobs[1::3]:            # the moved slots still name their jobs
+        assert j.timer[j.timer_slot] is j
+        wheel.cancel(j)
+    assert wheel.pop_due(1000) == jobs[2::3]
 
 
 def test_random_operations_with_compaction_fire_each_live_job_once_at_its_time():
@@ -35,7 +92,7 @@ def test_random_operations_with_compaction_fire_each_live_job_once_at_its_time()
             wheel.compact(budget=rng.randrange(1, 400))
     while wheel.needs_compaction():
         wheel.compact(budget=97)
-    assert wheel.entries - wheel.stale <= len(due) + 1024
+    assert wheel.entries - wheel.stale == len(due)
     fired: dict = {}
     for now in range(0, 2000 * 7 + RESOLUTION_MS, RESOLUTION_MS):
         for j in wheel.pop_due(now):
@@ -51,13 +108,34 @@ def test_a_bucket_bigger_than_the_budget_is_compacted_over_several_calls():
     jobs = [J(i) for i in range(10_000)]
     for j in jobs:
         wheel.add(j, 1000)
-    for j in jobs[::2]:
-        wheel.cancel(j)
-    wheel.stale += 2000             # as if more were stale: compaction is due
+    for j in jobs:
+        if j.name % 4:
+            wheel.cancel(j)
     calls = 0
     while wheel.needs_compaction():
         wheel.compact(budget=1000)
         calls += 1
     assert calls >= 10
-    assert wheel.entries == 5000
-    assert wheel.pop_due(1000) == jobs[1::2]
+    assert wheel.entries == 2500 and wheel.stale == 0
+    assert wheel.pop_due(1000) == jobs[::4]
+
+
+def test_a_far_job_waits_in_a_coarse_bucket_and_a_big_bucket_pops_in_slices():
+    wheel = TimerWheel(now=0)
+    far = J("far")
+    wheel.add(far, 3_600_000)                   # an hour ahead: popped early...
+    early = wheel.next_time()
+    assert 3_600_000 - FAR_MS < early <= 3_600_000 - FAR_MS // 2
+    many = [J(i) for i in range(3 * POP_BUDGET)]
+    for j in many:
+        wheel.add(j, 1000)
+    popped = []
+    while wheel.next_time() <= 1000:
+        got = wheel.pop_due(1000)
+        assert POP_BUDGET <= len(got) < POP_BUDGET + CHUNK or len(popped) + len(got) == len(many)
+        popped += got
+    assert popped == many
+    assert wheel.pop_due(early) == [far]
+    wheel.add(far, 3_600_000)                   # ...and put back in its own 10 ms bucket
+    assert wheel.next_time() == 3_600_000
+    assert wheel.pop_due(3_600_000) == [far] and wheel.entries == wheel.stale == 0

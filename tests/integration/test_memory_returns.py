@@ -1,0 +1,28 @@
+"""Memory follows the live jobs (SPEC section 9.5): once jobs are acked, the
+node's resident memory returns to about what it held before them, within
+seconds. Measured as a user would: INFO memory's used_memory_rss."""
+
+from __future__ import annotations
+
+JOBS = 5000
+BODY = b"x" * 16384             # 80 MB of bodies in all
+MB = 1024 * 1024
+
+
+def rss(conn) -> int:
+    return int(conn.info("memory")["used_memory_rss"])
+
+
+def test_rss_returns_near_its_start_once_the_jobs_are_acked(node, wait_until):
+    c = node.client(protocol=2)
+    start = rss(c)
+    pipe = c.pipeline(transaction=False)
+    for _ in range(JOBS):
+        pipe.execute_command("ADDJOB", "q", BODY, 0, "RETRY", 30)
+    pipe.execute()
+    assert rss(c) > start + 60 * MB         # the bodies are held
+    while jobs := c.execute_command("GETJOB", "NOHANG", "COUNT", 500, "FROM", "q"):
+        assert c.execute_command("ACKJOB", *[j[1] for j in jobs]) == len(jobs)
+    assert c.execute_command("QLEN", "q") == 0
+    wait_until(lambda: rss(c) < start + 20 * MB, timeout=10,
+               message=lambda: f"rss {rss(c) / MB:.0f} MB, {start / MB:.0f} MB at the start")
