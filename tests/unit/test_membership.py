@@ -274,13 +274,18 @@ def test_old_failure_reports_expire():
     assert not a.nodes[c.node_id].flags & FLAG_FAIL
 
 
-def test_three_nodes_one_dies_fail_is_reached_and_cleared_when_it_answers():
+def three_with_c_down():
+    """a, b, c joined, then c down for 6 s: a and b flag it FAIL."""
     a, b, c = make(1), make(2), make(3)
     w, t = join(a, b, c)
     w.down.add(c)
     for step in range(1, 60):
         w.tick_all(t + step * 100)
-    t += 60 * 100
+    return a, b, c, w, t + 60 * 100
+
+
+def test_three_nodes_one_dies_fail_is_reached_and_cleared_when_it_answers():
+    a, b, c, w, t = three_with_c_down()
     for m in (a, b):
         assert m.nodes[c.node_id].flags & FLAG_FAIL, m.nodes_lines()
         assert c.node_id not in m.reachable_ids()
@@ -299,13 +304,8 @@ def test_a_restarted_node_is_cleared_by_its_first_ping_not_our_next_retransmissi
     # Issue 23: a peer we flag FAIL restarts and pings us. We ping it back at once
     # (its PONG clears the flag within the round trip), without waiting for our
     # retransmission (node_timeout/4) or link redial: a and b never tick here.
-    a, b, c = make(1), make(2), make(3)
-    w, t = join(a, b, c)
+    a, b, c, w, t = three_with_c_down()
     saved = c.to_nodes_conf()
-    w.down.add(c)
-    for step in range(1, 60):
-        w.tick_all(t + step * 100)
-    t += 60 * 100
     assert all(m.nodes[c.node_id].flags & FLAG_FAIL for m in (a, b))
     c2 = Membership.from_nodes_conf(saved, ip="10.0.0.3", port=7711, bus_port=17711,
                                     rng=random.Random(33), node_timeout=T, now=t)
@@ -319,12 +319,7 @@ def test_a_restarted_node_is_cleared_by_its_first_ping_not_our_next_retransmissi
 
 
 def test_a_failing_node_that_talks_to_us_is_pinged_at_most_every_100_ms():
-    a, b, c = make(1), make(2), make(3)
-    w, t = join(a, b, c)
-    w.down.add(c)
-    for step in range(1, 60):
-        w.tick_all(t + step * 100)
-    t += 60 * 100
+    a, b, c, w, t = three_with_c_down()
     assert a.nodes[c.node_id].flags & FLAG_FAIL
 
     def pings_to_c(now):
