@@ -63,6 +63,9 @@ BLACKLIST_TTL = 60_000
 #: second, on top of the "every node every node_timeout/2" rule.
 RANDOM_PING_PERIOD = 1000
 RANDOM_PING_SAMPLES = 5
+#: A node we flag PFAIL/FAIL that talks to us is pinged at once, at most this often
+#: (Disque redials a node without a link on every 100 ms clusterCron).
+FAILING_PING_INTERVAL = 100
 
 
 def is_node_id(s: str) -> bool:
@@ -438,6 +441,13 @@ class Membership:
 
         sender.data_received = now
         self._update_address(sender, ip, msg.port, msg.bus_port)
+        if sender.failing and now - sender.last_ping >= FAILING_PING_INTERVAL:
+            # It is back (restarted, partition healed): ping it now, not at the
+            # next retransmission (node_timeout/4) or once our link redials (up to
+            # 1.5 s), so its PONG clears the flag within a round trip, as soon as
+            # Disque's 100 ms redial would. The PING goes back on its own link
+            # while ours is down.
+            self._ping(sender, now)
         leaving = bool(msg.flags & FLAG_LEAVING)
         if bool(sender.flags & FLAG_LEAVING) != leaving:
             sender.flags ^= FLAG_LEAVING

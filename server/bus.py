@@ -559,6 +559,13 @@ class ClusterBus:
             del self._inbound[conn.node_id]
         conn.node_id = node_id
         self._inbound[node_id] = conn
+        peer = self._peers.get(node_id)
+        if peer is not None and peer.retry is not None:
+            # It just connected to us, so it is up again (restarted): redial now,
+            # not at the end of the backoff (Disque redials every 100 ms).
+            peer.retry.cancel()
+            peer.backoff = self.backoff_min
+            self._dial(peer)
 
     def _dispatch(self, link: Link, msg: BusMessage) -> None:
         # The handler (the output driver) deals with our own bugs itself.

@@ -275,13 +275,18 @@ def test_old_failure_reports_expire():
     assert not a.nodes[c.node_id].flags & FLAG_FAIL
 
 
-def test_three_nodes_one_dies_fail_is_reached_and_cleared_when_it_answers():
+def three_with_c_down():
+    """a, b, c joined, then c down for 6 s: a and b flag it FAIL."""
     a, b, c = make(1), make(2), make(3)
     w, t = join(a, b, c)
     w.down.add(c)
     for step in range(1, 60):
         w.tick_all(t + step * 100)
-    t += 60 * 100
+    return a, b, c, w, t + 60 * 100
+
+
+def test_three_nodes_one_dies_fail_is_reached_and_cleared_when_it_answers():
+    a, b, c, w, t = three_with_c_down()
     for m in (a, b):
         assert m.nodes[c.node_id].flags & FLAG_FAIL, m.nodes_lines()
         assert c.node_id not in m.reachable_ids()
@@ -294,6 +299,40 @@ def test_three_nodes_one_dies_fail_is_reached_and_cleared_when_it_answers():
     for m in (a, b):
         assert not m.nodes[c.node_id].failing
         assert any(ev.node_id == c.node_id for ev in w.events(m, NODE_RECOVERED))
+
+
+def test_a_restarted_node_is_cleared_by_its_first_ping_not_our_next_retransmission():
+    # Issue 23: a peer we flag FAIL restarts and pings us. We ping it back at once
+    # (its PONG clears the flag within the round trip), without waiting for our
+    # retransmission (node_timeout/4) or link redial: a and b never tick here.
+    a, b, c, w, t = three_with_c_down()
+    saved = c.to_nodes_conf()
+    assert all(m.nodes[c.node_id].flags & FLAG_FAIL for m in (a, b))
+    c2 = Membership.from_nodes_conf(saved, ip="10.0.0.3", port=7711, bus_port=17711,
+                                    rng=random.Random(33), node_timeout=T, now=t)
+    w.members[2] = c2
+    w.down.clear()
+    w.run(c2, c2.tick(t + 10), t + 10)      # its first PINGs, nothing else
+    for m in (a, b):
+        assert not m.nodes[c.node_id].failing, m.nodes_lines()
+        assert c.node_id in m.reachable_ids()
+        assert any(ev.node_id == c.node_id for ev in w.events(m, NODE_RECOVERED))
+
+
+def test_a_failing_node_that_talks_to_us_is_pinged_at_most_every_100_ms():
+    a, b, c, w, t = three_with_c_down()
+    assert a.nodes[c.node_id].flags & FLAG_FAIL
+
+    def pings_to_c(now):
+        # c talks to a, but what a sends to c is lost (a one-way partition).
+        out = a.handle_message(Link(c.myself.ip, a.myself.ip), c.message(PING, a.node_id), now)
+        return [o for o in out if isinstance(o, Send) and o.node_id == c.node_id
+                and o.msg.type == PING]
+
+    assert len(pings_to_c(t + 10)) == 1
+    assert pings_to_c(t + 60) == []
+    assert len(pings_to_c(t + 110)) == 1
+    assert a.nodes[c.node_id].flags & FLAG_FAIL     # no PONG: still failing
 
 
 def test_fail_message_is_accepted_from_known_nodes_only():
