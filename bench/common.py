@@ -581,9 +581,13 @@ def pipelined(port: int, commands: list[bytes], connections: int = 10,
 # ---------------------------------------------------------------------------
 
 class Profiler:
-    """While on, attaches ``py-spy record`` (non-blocking, by function) to every
+    """While on, attaches ``py-spy record --native`` (by function) to every
     Disquette node started; ``stop()`` then ``report()`` prints each node's
-    functions by self time (the leaf frame of each sample)."""
+    functions by self time (the leaf frame of each sample). With --native the
+    C underneath shows (uvloop, the compiled reader, the syscalls, the GC)
+    instead of being charged to the Python function that called it; samples are
+    wall-clock, so time the node spends waiting for a CPU on a loaded machine
+    shows in the call it was in (often write or epoll_pwait)."""
 
     def __init__(self, rate: int = 250) -> None:
         exe = shutil.which("py-spy", path=os.pathsep.join(
@@ -592,6 +596,8 @@ class Profiler:
             raise SystemExit("--profile needs py-spy: pip install -e '.[bench]'")
         self.exe, self.rate = exe, rate
         self.runs: list[tuple[Server, subprocess.Popen, str]] = []
+        # pid -> (on CPU s, waiting for a CPU s), wall s: from attach to stop
+        self.sched: dict[int, tuple[tuple[float, float], float]] = {}
         self.dir = temp_dir("pyspy-bench-")
         on_disquette_start.append(self.attach)
 
@@ -599,7 +605,7 @@ class Profiler:
         out = os.path.join(self.dir, f"{server.port}.txt")
         log = open(os.path.join(self.dir, f"{server.port}.log"), "wb")
         argv = [self.exe, "record", "--pid", str(server.pid), "--format", "raw", "--function",
-                "--nonblocking", "--rate", str(self.rate), "-o", out]
+                "--native", "--rate", str(self.rate), "-o", out]
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
         log.close()
@@ -610,10 +616,17 @@ class Profiler:
                                    f"{Path(log.name).read_text(errors='replace')[-500:]}")
             time.sleep(0.05)
         self.runs.append((server, proc, out))
+        self.sched[server.pid] = (schedstat(server.pid), time.monotonic())
 
     def stop(self) -> None:
         on_disquette_start.remove(self.attach)
-        for _, proc, _ in self.runs:
+        for server, proc, _ in self.runs:
+            (cpu0, wait0), t0 = self.sched[server.pid]
+            if server.proc.poll() is None:
+                cpu, wait = schedstat(server.pid)
+                self.sched[server.pid] = ((cpu - cpu0, wait - wait0), time.monotonic() - t0)
+            else:
+                del self.sched[server.pid]          # stopped inside the row
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)    # py-spy writes its file on Ctrl-C
         for _, proc, _ in self.runs:
@@ -633,12 +646,25 @@ class Profiler:
                         self_samples[frames[-1]] = self_samples.get(frames[-1], 0) + k
                         for fr in set(frames):
                             total_samples[fr] = total_samples.get(fr, 0) + k
-            print(f"\npy-spy, node on port {server.port} (pid {server.pid}): {n:,} busy samples "
-                  f"at {self.rate}/s; top {top} functions by self time")
+            print(f"\npy-spy --native, node on port {server.port} (pid {server.pid}): {n:,} "
+                  f"samples at {self.rate}/s; top {top} functions by self time "
+                  f"(epoll_pwait: idle)")
+            if server.pid in self.sched:
+                (cpu, wait), wall = self.sched[server.pid]
+                print(f"its main thread over {wall:.1f} s: on a CPU {cpu:.1f} s, waiting for "
+                      f"one {wait:.1f} s (/proc/PID/schedstat; the rest idle)")
             print(f"{'self':>7}  {'total':>7}  function (file)")
             for fr, k in sorted(self_samples.items(), key=lambda x: -x[1])[:top]:
                 print(f"{100 * k / max(n, 1):6.1f}%  {100 * total_samples[fr] / max(n, 1):6.1f}%  "
                       f"{_short_frame(fr)}")
+
+
+def schedstat(pid: int) -> tuple[float, float]:
+    """Seconds a process's main thread has run on a CPU, and waited runnable
+    for one (/proc/PID/schedstat)."""
+    with open(f"/proc/{pid}/schedstat") as f:
+        on_cpu, waiting = f.read().split()[:2]
+    return int(on_cpu) / 1e9, int(waiting) / 1e9
 
 
 def _short_frame(frame: str) -> str:
