@@ -41,6 +41,7 @@ import os
 import sys
 import tempfile
 import time
+import timeit
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +53,9 @@ from common import (
     redis_benchmark, redis_benchmark_csv, settle, start_disque_cluster, start_disquette_cluster,
     start_redis, wait_cluster_joined,
 )
+
+sys.path.insert(0, str(REPO_ROOT))      # the checkout's packages (and tests/)
+from protocol import bus as B  # noqa: E402
 
 BODY = body(100)
 NODES = 3
@@ -157,8 +161,8 @@ def secured_directives(kind: str, pki_dir: Path) -> list[str]:
     if "auth" in kind:
         out += ["--cluster-auth-pass", "a bench secret"]
     if "tls" in kind:
-        sys.path.insert(0, str(REPO_ROOT))
-        from tests.security.certs import CA     # the tests' certificate maker (cryptography)
+        # optional: the tests' certificate maker needs cryptography (the test extra)
+        from tests.security.certs import CA
 
         ca = CA(pki_dir / kind.replace("+", "-"))
         node = ca.issue("node")
@@ -180,11 +184,6 @@ def cpu_seconds(servers: list[Server]) -> float:
 def tag_cost_us(size: int) -> float:
     """CPU time to tag one frame of ``size`` bytes and check it on arrival
     (in this process: what cluster-auth-pass adds per frame, both ends)."""
-    import timeit
-
-    sys.path.insert(0, str(REPO_ROOT))
-    from protocol import bus as B
-
     key = B.session_keys("secret", b"d" * 32, b"l" * 32)[0]
     msg = B.BusMessage(B.GOTJOB, "a" * 40, "127.0.0.1", 7711, 17711, 0, [], b"x" * size)
     frame = B.encode_frame(msg)
@@ -232,16 +231,16 @@ def security_cost(rows: list[Row], rounds: int, quick: bool, scale: float) -> No
             log(f"  {row.name} round {r + 1}/{rounds}: " + ", ".join(
                 f"{k} {rates[k][-1]:,.0f} rps" for k in SECURED))
         plain = median(rates["plain"])
-        cells = [row.title.replace(" vs LPUSH", "")]
+        line = [row.title]
         for kind in SECURED:
             rate = median(rates[kind])
             ratio = "" if kind == "plain" else f" ({rate / plain:.2f}x)"
-            cells.append(f"{rate:,.0f} rps{ratio}, {median(cpu[kind]):.0f} us/job")
-        table.append(cells)
+            line.append(f"{rate:,.0f} rps{ratio}, {median(cpu[kind]):.0f} us/job")
+        table.append(line)
     print("| row | " + " | ".join(SECURED) + " |")
     print("| --- | " + " | ".join("---:" for _ in SECURED) + " |")
-    for cells in table:
-        print("| " + " | ".join(cells) + " |")
+    for line in table:
+        print("| " + " | ".join(line) + " |")
 
 
 def main(argv: list[str] | None = None) -> int:
