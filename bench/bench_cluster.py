@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench_single import (
-    Result, add_profile_option, cells, footer, print_table, registered_jobs, select,
+    Result, add_profile_option, cells, measure_rows, registered_jobs, report, select,
 )
 from common import (
     REPO_ROOT, Profiler, Server, body, disque_path, environment, median, parse_bench_args,
@@ -272,22 +272,14 @@ def main(argv: list[str] | None = None) -> int:
             wait_cluster_joined(sides[kind])
     print(environment(sides["disquette"][0]), flush=True)
 
-    table = []
-    try:
-        for row in rows:
-            log(f"{row.name}: {row.title}")
-            n = row.full_n // 10 if args.quick else row.full_n
-            n = max(1000, int(n * args.scale))
-            table.append(cells(row.title, row.kind, row.target,
-                               measure(row, sides, rounds, n), "disque" in sides))
-    finally:
-        if profiler is not None:
-            profiler.stop()
-    print_table(table, "disque" in sides)
-    footer(args.quick, rounds)
-    if profiler is not None:
-        print("(the row ran once, its nodes under py-spy: its figures are not the benchmark's)")
-        profiler.report()
+    def measure_row(row: Row) -> list[str]:
+        log(f"{row.name}: {row.title}")
+        n = max(1000, int((row.full_n // 10 if args.quick else row.full_n) * args.scale))
+        return cells(row.title, row.kind, row.target, measure(row, sides, rounds, n),
+                     "disque" in sides)
+
+    table = measure_rows(rows, measure_row, profiler)
+    report(table, "disque" in sides, args.quick, rounds, profiler)
     return 0
 
 

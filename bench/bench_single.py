@@ -416,9 +416,25 @@ def add_profile_option(ap) -> None:
                     help="run ROW once with py-spy on our node(s); print functions by self time")
 
 
-def footer(quick: bool, rounds: int) -> None:
+def measure_rows(rows: list, measure: Callable[..., list[str]],
+                 profiler: Profiler | None) -> list[list[str]]:
+    """Each row's table cells, ``measure(row)``; py-spy stops after the last."""
+    try:
+        return [measure(row) for row in rows]
+    finally:
+        if profiler is not None:
+            profiler.stop()
+
+
+def report(table: list[list[str]], has_disque: bool, quick: bool, rounds: int,
+           profiler: Profiler | None) -> None:
+    """The table, the load average after it, and --profile's functions."""
+    print_table(table, has_disque)
     print(f"load average at the end: {load_average()}; {rounds} round(s) per throughput row"
           + ("; --quick: every row at a tenth of its size" if quick else ""))
+    if profiler is not None:
+        print("(the row ran once under py-spy: its figures are not the benchmark's)")
+        profiler.report()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -427,25 +443,17 @@ def main(argv: list[str] | None = None) -> int:
     chosen = select(args, [m.name for m in METRICS])
     if not chosen:
         return 0
-    metrics = [m for m in METRICS if m.name in chosen]
-
     profiler = Profiler() if args.profile else None
     ctx = Context(args)
     print(environment(ctx.ours), flush=True)
-    rows = []
-    try:
-        for m in metrics:
-            log(f"{m.name}: {m.title}")
-            ctx.row = m.name
-            rows.append(cells(m.title, m.kind, m.target, m.run(ctx), ctx.has_disque))
-    finally:
-        if profiler is not None:
-            profiler.stop()
-    print_table(rows, ctx.has_disque)
-    footer(args.quick, ctx.rounds)
-    if profiler is not None:
-        print("(the row ran once, its node under py-spy: its figures are not the benchmark's)")
-        profiler.report()
+
+    def measure(m: Metric) -> list[str]:
+        log(f"{m.name}: {m.title}")
+        ctx.row = m.name
+        return cells(m.title, m.kind, m.target, m.run(ctx), ctx.has_disque)
+
+    table = measure_rows([m for m in METRICS if m.name in chosen], measure, profiler)
+    report(table, ctx.has_disque, args.quick, ctx.rounds, profiler)
     return 0
 
 
