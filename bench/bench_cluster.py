@@ -1,34 +1,38 @@
 #!/usr/bin/env python3
-"""A 3-node Disquette cluster against one Debian redis-server, side by side (issue 3).
+"""A 3-node Disquette cluster against a 3-node C Disque cluster and one Redis,
+side by side (issues 3 and 24).
 
     make bench                                # runs bench_single.py, then this
-    .venv/bin/python bench/bench_cluster.py
-    .venv/bin/python bench/bench_cluster.py --quick
+    DISQUE_SERVER=/path/to/disque-server .venv/bin/python bench/bench_cluster.py --quick
     .venv/bin/python bench/bench_cluster.py --only sync --rounds 5
+    .venv/bin/python bench/bench_cluster.py --profile sync   # py-spy on our three nodes
 
-A 3-node cluster (joined by CLUSTER MEET, every node reachable from every node)
-and a redis-server run at the same time on free loopback ports and are driven by
-``redis-benchmark`` with 50 clients, all against the first node; every figure is
-measured in rounds that alternate which side goes first, so load from whatever
-else runs on the machine hits both alike. The table shows the medians.
+Our 3-node cluster, a 3-node C Disque cluster (``disque-server`` from the
+DISQUE_SERVER environment variable, built outside this repository; without it
+its column is left out and the rows print "-" and "n/a"), both joined by CLUSTER
+MEET, every node reachable from every node, and one redis-server (LPUSH, which
+replicates nothing: a reference) run at the same time on free loopback ports
+and are driven by ``redis-benchmark``, all clients on the first node; every
+figure is measured in rounds that rotate which side goes first, so load from
+whatever else runs on the machine hits them alike, and the ratio is the median
+of the rounds' ours/Disque ratios. ``--quick``: a tenth of the requests, one round.
 
-Rows (``--only`` takes their names, comma-separated), each vs ``LPUSH q <100 B>``
-on the single redis-server with the same client count and pipelining:
+Rows (``--only`` takes their names, comma-separated), 100-byte bodies:
 
-  sync        ADDJOB q <100 B> 0 REPLICATE 3          the target: >= 0.4x
-  sync-p16    the same with -P 16                      (reported, same 0.4x bar)
-  async       ADDJOB q <100 B> 0 REPLICATE 3 ASYNC     (reported, same 0.4x bar)
-  sync-c1-p64 the sync ADDJOB from one client, -P 64     (reported, same 0.4x bar)
+  sync        ADDJOB q <100 B> 0 REPLICATE 3, -c 50            >= 1.0x Disque
+  async-p16   ADDJOB ... REPLICATE 3 ASYNC, -c 50 -P 16        >= 1.0x Disque
+  latency     the sync ADDJOB's p50 latency, -c 10             <= 1.3x Disque's
+  sync-p16    the sync ADDJOB, -c 50 -P 16                     (reported)
+  async       the ASYNC ADDJOB, -c 50                          (reported)
+  sync-c1-p64 the sync ADDJOB from one client, -P 64           (reported)
 
-The issue's target is the first row: a synchronously replicated ADDJOB (the
-client's answer waits for GOTJOB from two peers) at 0.4x of a Redis LPUSH that
-replicates nothing, all 50 clients on one node.
+A synchronously replicated ADDJOB answers once two peers have sent GOTJOB.
 
-``--security`` measures what securing the bus costs instead (no Redis): the
-same rows on four 3-node clusters run side by side, the order rotating every
-round: plain, ``cluster-auth-pass`` (authenticated links, a tag per frame),
-``tls-cluster yes`` (certificates made on the spot) and both; each figure
-with the CPU time the three nodes spent per job (from /proc).
+``--security`` measures what securing the bus costs instead (no Redis, no
+Disque): the same rows on four 3-node clusters run side by side, the order
+rotating every round: plain, ``cluster-auth-pass`` (authenticated links, a tag
+per frame), ``tls-cluster yes`` (certificates made on the spot) and both; each
+figure with the CPU time the three nodes spent per job (from /proc).
 """
 
 from __future__ import annotations
@@ -41,18 +45,22 @@ import timeit
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench_single import environment, print_table
+from bench_single import (
+    Result, add_profile_option, cells, measure_rows, registered_jobs, report, select,
+)
 from common import (
-    REPO_ROOT, Server, body, call_bulk, median, parse_bench_args, redis_benchmark, settle,
-    start_disquette_cluster, start_redis, wait_cluster_joined,
+    REPO_ROOT, Profiler, Server, body, disque_path, environment, median, parse_bench_args,
+    redis_benchmark, redis_benchmark_csv, settle, start_disque_cluster, start_disquette_cluster,
+    start_redis, wait_cluster_joined,
 )
 
 sys.path.insert(0, str(REPO_ROOT))      # the checkout's packages (and tests/)
 from protocol import bus as B  # noqa: E402
 
 BODY = body(100)
-TARGET = 0.4
 NODES = 3
+SYNC = ["ADDJOB", "q", BODY, "0", "REPLICATE", "3"]
+ASYNC = SYNC + ["ASYNC"]
 
 
 @dataclass
@@ -63,19 +71,22 @@ class Row:
     pipeline: int
     full_n: int
     clients: int = 50
+    kind: str = "info"          # as bench_single's Metric.kind
+    target: float | None = None
+    p50: bool = False           # the p50 latency (ms), not requests/s
 
 
 ROWS = [
-    Row("sync", "ADDJOB REPLICATE 3 vs LPUSH, -c 50",
-        ["ADDJOB", "q", BODY, "0", "REPLICATE", "3"], 1, 100_000),
-    Row("sync-p16", "ADDJOB REPLICATE 3 vs LPUSH, -c 50 -P 16",
-        ["ADDJOB", "q", BODY, "0", "REPLICATE", "3"], 16, 300_000),
-    Row("async", "ADDJOB REPLICATE 3 ASYNC vs LPUSH, -c 50",
-        ["ADDJOB", "q", BODY, "0", "REPLICATE", "3", "ASYNC"], 1, 100_000),
+    Row("sync", "ADDJOB REPLICATE 3, -c 50", SYNC, 1, 100_000, kind="min-ratio", target=1.0),
+    Row("async-p16", "ADDJOB REPLICATE 3 ASYNC, -c 50 -P 16", ASYNC, 16, 300_000,
+        kind="min-ratio", target=1.0),
+    Row("latency", "ADDJOB REPLICATE 3 p50 latency, -c 10", SYNC, 1, 50_000, clients=10,
+        kind="max-ratio", target=1.3, p50=True),
+    Row("sync-p16", "ADDJOB REPLICATE 3, -c 50 -P 16", SYNC, 16, 300_000),
+    Row("async", "ADDJOB REPLICATE 3 ASYNC, -c 50", ASYNC, 1, 100_000),
     # One producer pipelining (a Spark task, SDK batches): its sync ADDJOBs are
     # replicated in parallel, not one per round trip.
-    Row("sync-c1-p64", "ADDJOB REPLICATE 3 vs LPUSH, -c 1 -P 64",
-        ["ADDJOB", "q", BODY, "0", "REPLICATE", "3"], 64, 100_000, clients=1),
+    Row("sync-c1-p64", "ADDJOB REPLICATE 3, -c 1 -P 64", SYNC, 64, 100_000, clients=1),
 ]
 REDIS_CMD = ["LPUSH", "q", BODY]
 
@@ -86,16 +97,7 @@ def log(msg: str) -> None:
 
 def flush_all(servers: list[Server]) -> None:
     for s in servers:
-        r = s.call("DEBUG", "FLUSHALL") if s.kind == "disquette" else s.call("FLUSHALL")
-        if r != b"+OK":
-            raise RuntimeError(f"flush {s}: {r!r}")
-
-
-def registered_jobs(server: Server) -> int:
-    for line in call_bulk(server.port, "INFO", "jobs").splitlines():
-        if line.startswith(b"registered_jobs:"):
-            return int(line.split(b":", 1)[1])
-    raise RuntimeError(f"no registered_jobs in INFO jobs of {server}")
+        s.flush()
 
 
 def wait_replicated(nodes: list[Server], timeout: float = 30.0) -> None:
@@ -110,25 +112,38 @@ def wait_replicated(nodes: list[Server], timeout: float = 30.0) -> None:
     log("  warning: replication still running after the run")
 
 
-def measure(row: Row, cluster: list[Server], redis: Server, rounds: int, n: int
-            ) -> tuple[float, float]:
-    rates: dict[str, list[float]] = {"disquette": [], "redis": []}
+def measure(row: Row, sides: dict[str, list[Server]], rounds: int, n: int) -> Result:
+    """``sides``: kind -> its nodes (Redis: one server). Requests/s, or p50 ms."""
+    order = list(sides)
+    values: dict[str, list[float]] = {k: [] for k in order}
+    ratios = []
     for r in range(rounds):
-        sides = [("disquette", cluster[0], row.ours_cmd), ("redis", redis, REDIS_CMD)]
-        if r % 2:
-            sides.reverse()
-        for kind, server, cmd in sides:
-            flush_all(cluster if kind == "disquette" else [redis])
-            settle(server, 0.3)
-            rates[kind].append(redis_benchmark(server.port, cmd, n, clients=row.clients,
-                                               pipeline=row.pipeline))
-            if kind == "disquette":
-                wait_replicated(cluster)
-        o, d = rates["disquette"][-1], rates["redis"][-1]
-        log(f"  {row.name} round {r + 1}/{rounds}: ours {o:,.0f} rps, redis {d:,.0f} rps, "
-            f"ratio {o / d:.2f}x")
-    flush_all(cluster + [redis])
-    return median(rates["disquette"]), median(rates["redis"])
+        k = r % len(order)
+        for kind in order[k:] + order[:k]:
+            nodes = sides[kind]
+            cmd = REDIS_CMD if kind == "redis" else row.ours_cmd
+            flush_all(nodes)
+            settle(nodes[0], 0.3)
+            if row.p50:
+                v = redis_benchmark_csv(nodes[0].port, cmd, n, clients=row.clients,
+                                        pipeline=row.pipeline)["p50_latency_ms"]
+            else:
+                v = redis_benchmark(nodes[0].port, cmd, n, clients=row.clients,
+                                    pipeline=row.pipeline)
+            values[kind].append(v)
+            if kind != "redis":
+                wait_replicated(nodes)
+        unit = "ms p50" if row.p50 else "rps"
+        line = ", ".join(f"{k} {values[k][-1]:,.{3 if row.p50 else 0}f} {unit}" for k in order)
+        if "disque" in sides:
+            ratios.append(values["disquette"][-1] / values["disque"][-1])
+            line += f", ratio {ratios[-1]:.2f}x"
+        log(f"  {row.name} round {r + 1}/{rounds}: {line}")
+    flush_all([s for nodes in sides.values() for s in nodes])
+    return Result(median(values["disquette"]),
+                  median(values["disque"]) if "disque" in sides else None,
+                  median(values["redis"]), "ms p50" if row.p50 else "rps",
+                  median(ratios) if ratios else None)
 
 
 # -- --security: the cost of cluster-auth-pass and tls-cluster ------------------------
@@ -196,9 +211,10 @@ def security_cost(rows: list[Row], rounds: int, quick: bool, scale: float) -> No
         clusters[kind] = start_disquette_cluster(NODES, *secured_directives(kind, pki_dir))
     for nodes in clusters.values():
         wait_cluster_joined(nodes)
+    print(environment(clusters["plain"][0]), flush=True)
     table = []
     for row in rows:
-        n = max(1000, int((row.full_n // 5 if quick else row.full_n) * scale))
+        n = max(1000, int((row.full_n // 10 if quick else row.full_n) * scale))
         rates: dict[str, list[float]] = {k: [] for k in SECURED}
         cpu: dict[str, list[float]] = {k: [] for k in SECURED}
         for r in range(rounds):
@@ -215,54 +231,55 @@ def security_cost(rows: list[Row], rounds: int, quick: bool, scale: float) -> No
             log(f"  {row.name} round {r + 1}/{rounds}: " + ", ".join(
                 f"{k} {rates[k][-1]:,.0f} rps" for k in SECURED))
         plain = median(rates["plain"])
-        cells = [row.title.replace(" vs LPUSH", "")]
+        line = [row.title]
         for kind in SECURED:
             rate = median(rates[kind])
             ratio = "" if kind == "plain" else f" ({rate / plain:.2f}x)"
-            cells.append(f"{rate:,.0f} rps{ratio}, {median(cpu[kind]):.0f} us/job")
-        table.append(cells)
+            line.append(f"{rate:,.0f} rps{ratio}, {median(cpu[kind]):.0f} us/job")
+        table.append(line)
     print("| row | " + " | ".join(SECURED) + " |")
     print("| --- | " + " | ".join("---:" for _ in SECURED) + " |")
-    for cells in table:
-        print("| " + " | ".join(cells) + " |")
+    for line in table:
+        print("| " + " | ".join(line) + " |")
 
 
 def main(argv: list[str] | None = None) -> int:
+    def options(ap) -> None:
+        add_profile_option(ap)
+        ap.add_argument("--security", action="store_true",
+                        help="the cost of cluster-auth-pass and tls-cluster instead")
+
     args = parse_bench_args(argv, __doc__.split("\n\n")[0], [r.name for r in ROWS],
-                            extra=lambda ap: ap.add_argument(
-                                "--security", action="store_true",
-                                help="the cost of cluster-auth-pass and tls-cluster instead"))
-    names = args.names
-    rows = [r for r in ROWS if not names or r.name in names]
-    if not rows:
-        # `make bench BENCH_ARGS="--only addjob"` passes bench_single.py's row
-        # names here too: nothing of ours selected, nothing to do.
-        log(f"bench_cluster: no row selected by --only {args.only} "
-            f"(rows: {', '.join(r.name for r in ROWS)})")
+                            extra=options)
+    chosen = select(args, [r.name for r in ROWS])
+    if not chosen:
         return 0
-    rounds = args.rounds or (1 if args.quick else 3)
+    rows = [r for r in ROWS if r.name in chosen]
+    rounds = args.rounds or (1 if args.quick or args.profile else 3)
     if args.security:
-        print(environment(), flush=True)
-        security_cost([r for r in rows if r.pipeline == 1] + SECURITY_ROWS, max(rounds, 2),
-                      args.quick, args.scale)
+        security_cost([r for r in rows if r.pipeline == 1 and not r.p50] + SECURITY_ROWS,
+                      max(rounds, 2), args.quick, args.scale)
         return 0
 
-    print(environment(), flush=True)
-    log(f"starting a {NODES}-node cluster and redis-server")
-    cluster = start_disquette_cluster(NODES)
-    wait_cluster_joined(cluster)
-    redis = start_redis()
+    profiler = Profiler() if args.profile else None
+    log(f"starting {NODES}-node clusters and redis-server")
+    sides = {"disquette": start_disquette_cluster(NODES)}
+    if disque_path() is not None:
+        sides["disque"] = start_disque_cluster(NODES)
+    sides["redis"] = [start_redis()]
+    for kind in ("disquette", "disque"):
+        if kind in sides:
+            wait_cluster_joined(sides[kind])
+    print(environment(sides["disquette"][0]), flush=True)
 
-    table = []
-    for row in rows:
+    def measure_row(row: Row) -> list[str]:
         log(f"{row.name}: {row.title}")
-        n = row.full_n // 5 if args.quick else row.full_n
-        n = max(1000, int(n * args.scale))
-        ours, theirs = measure(row, cluster, redis, rounds, n)
-        ratio = ours / theirs
-        table.append([row.title, f"{ours:,.0f} rps", f"{theirs:,.0f} rps", f"{ratio:.2f}x",
-                      f">= {TARGET:g}x", "PASS" if ratio >= TARGET else "MISS"])
-    print_table(table)
+        n = max(1000, int((row.full_n // 10 if args.quick else row.full_n) * args.scale))
+        return cells(row.title, row.kind, row.target, measure(row, sides, rounds, n),
+                     "disque" in sides)
+
+    table = measure_rows(rows, measure_row, profiler)
+    report(table, "disque" in sides, args.quick, rounds, profiler)
     return 0
 
 
