@@ -37,7 +37,7 @@ def main(argv=None) -> int:
                    help="ACKJOBs (enough to make stale timer entries outnumber live ones)")
     args = p.parse_args(argv)
     gc.freeze()
-    gc.set_threshold(20_000, 10, 20)     # as the process (server/process.py tune_gc)
+    gc.set_threshold(20_000, 10, 20)     # as the process (server/boot.py tune_gc)
     n = InProcessNode(strict=False)
     node = n.node
     client = n.new_client()

@@ -269,7 +269,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("kill-aof-always", "kill -9 and restart with appendfsync always",
              kill_restart, appendonly=True, appendfsync="always"),
     # everysec may lose the last second of a killed node's writes: only jobs
-    # with another copy are promised to survive it (README, Persistence), so
+    # with another copy are promised to survive it (docs/operations.md, Persistence), so
     # no REPLICATE 1 (nor RETRY 0, which is REPLICATE 1) jobs here.
     Scenario("kill-aof-everysec", "kill -9 and restart with appendfsync everysec",
              kill_restart, appendonly=True, appendfsync="everysec", replicate=(2, 3),

@@ -12,7 +12,7 @@
 # unset or empty variable passes nothing, so the file (or the default) applies.
 set -eu
 
-# variable -> directive. Keep README.md ("Deploying") in step with this list.
+# variable -> directive. Keep docs/operations.md ("Deploying") in step with this list.
 VARS='
 DISQUETTE_PORT port
 DISQUETTE_BIND bind

@@ -160,7 +160,7 @@ class DisquetteStreamReader(DataSourceStreamReader):
     """Streaming read.  Offsets are ``{"seq": n, "ids": {node: [job ids]}}``:
     ``latestOffset`` takes a micro-batch of jobs (kept alive with WORKING),
     ``partitions`` hands them to the tasks inside the partitions, and the
-    jobs are acked once Spark has committed the micro-batch (see README)."""
+    jobs are acked once Spark has committed the micro-batch (see docs/spark.md)."""
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts

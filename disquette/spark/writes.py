@@ -16,7 +16,7 @@ the task returns the ids in its commit message.  Then, on the driver:
 A task that fails deletes what it staged before the error propagates.  What
 nobody deletes (an executor killed mid-task, a speculative attempt Spark
 denied, a lost ADDJOB reply) stays staged: never queued until the last
-second of its TTL, then gone.  README "PySpark" states the exact guarantee.
+second of its TTL, then gone.  docs/spark.md states the exact guarantee.
 Rows with their own DELAY are added as they are (a delay already hides them;
 an abort deletes them).
 """

@@ -151,7 +151,7 @@ def test_task_retry_leaves_one_job_per_row(kind, spark, cluster, tmp_path):
     assert sorted(bodies.values()) == sorted(f"row-{i}-{PAD}".encode() for i in range(n))
     # Spark killed the failed attempt's Python worker, so nothing deleted
     # what it had staged: those jobs stay out of every queue (held by the
-    # staging DELAY of TTL - 1 s; README "PySpark", guarantees).
+    # staging DELAY of TTL - 1 s; docs/spark.md, guarantees).
     orphans = sorted(all_job_ids(cluster) - set(bodies))
     for jid in orphans[:50]:
         job = show(cluster, jid)
