@@ -118,7 +118,7 @@ def test_kill9_fail_needs_a_majority_and_clears_on_rejoin(cl):
     def all_pfail():
         seen.add(hello(cl[0])[1][ids[2]][2])
         return all("pfail" in flags_on(i, d) for i in (0, 1) for d in (2, 3, 4))
-    wait(all_pfail, timeout=15, message=lambda: raw_text(cl[0], "CLUSTER", "NODES"))
+    wait(all_pfail, message=lambda: raw_text(cl[0], "CLUSTER", "NODES"))
     assert seen <= {1, 5, 10} and 5 in seen, seen
     assert sorted(e[2] for e in hello(cl[1])[1].values()) == [1, 1, 10, 10, 10]
     window_end = time.monotonic() + 2 * NODE_TIMEOUT_MS / 1000
@@ -137,7 +137,7 @@ def test_kill9_fail_needs_a_majority_and_clears_on_rejoin(cl):
     def flagged_fail():
         return all("fail" in flags_on(i, d) and not flags_on(i, 2) & {"pfail", "fail"}
                    for i in (0, 1, 2) for d in dead)
-    wait(flagged_fail, timeout=15, message=lambda: raw_text(cl[0], "CLUSTER", "NODES"))
+    wait(flagged_fail, message=lambda: raw_text(cl[0], "CLUSTER", "NODES"))
     for i in (0, 1, 2):
         _, entries = hello(cl[i])
         assert {nid: e[2] for nid, e in entries.items()} == {
@@ -149,7 +149,7 @@ def test_kill9_fail_needs_a_majority_and_clears_on_rejoin(cl):
     for i in dead:
         cl[i].start()
         assert myid(cl[i]) == ids[i]
-    cl.wait_healthy(timeout=15)
+    cl.wait_healthy()
     for n in cl:
         _, entries = hello(n)
         assert {nid: e[2] for nid, e in entries.items()} == {nid: 1 for nid in ids}
