@@ -44,7 +44,8 @@ def inprocess() -> InProcessNode:
 
 @pytest.fixture
 def wait_until() -> Callable[..., object]:
-    """``wait_until(predicate, timeout=10.0, interval=0.01, message=None, ignore=())``."""
+    """``wait_until(predicate, timeout=WAIT_TIMEOUT, interval=0.01, message=None, ignore=())``:
+    the timeout (60 s) only guards against a hang; await the condition itself."""
     return _wait_until
 
 

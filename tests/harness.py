@@ -3,8 +3,9 @@
 Everything here talks to nodes the way a user would: a subprocess started with
 ``python -m broker``, TCP on 127.0.0.1, redis-py (RESP2 and RESP3), a raw socket
 for byte-exact checks, ``redis-cli`` and pydisque (in its own venv, because it
-needs redis<5).  No mocks, no fixed sleeps: readiness and conditions are polled
-with deadlines.
+needs redis<5).  No mocks, no fixed sleeps: readiness and conditions are awaited
+(polled), and a deadline (WAIT_TIMEOUT) only guards against a hang: a loaded
+machine may be many times slower than a quiet one, and must still pass.
 
 Typical use (through the fixtures in ``conftest.py``)::
 
@@ -40,7 +41,18 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PYDISQUE_PYTHON = REPO_ROOT / ".venv-pydisque" / "bin" / "python"
 HOST = "127.0.0.1"
 BUS_PORT_OFFSET = 10000
-START_TIMEOUT = 10.0
+# How long any wait (a condition, a reply, a start, an exit) may take before
+# the test calls it a hang: far above what a loaded machine needs, under the
+# pytest timeout (pyproject.toml).
+WAIT_TIMEOUT = 60.0
+START_TIMEOUT = WAIT_TIMEOUT
+# A node-side timeout (ms: a blocked GETJOB's TIMEOUT, a sync ADDJOB's) where
+# the test awaits what must come: a guard like WAIT_TIMEOUT, under the
+# clients' 60 s socket timeout.
+NODE_WAIT_MS = 50_000
+# Polling starts fast and slows down to this: a long wait costs the machine
+# (and the node, asked over its socket) little.
+POLL_CAP = 0.1
 LOG_NAME = "stdout.log"
 
 T = TypeVar("T")
@@ -56,17 +68,21 @@ def in_ci() -> bool:
 
 def wait_until(
     predicate: Callable[[], T],
-    timeout: float = 10.0,
+    timeout: float = WAIT_TIMEOUT,
     interval: float = 0.01,
     message: str | Callable[[], str] | None = None,
     ignore: type[BaseException] | tuple[type[BaseException], ...] = (),
 ) -> T:
     """Call ``predicate`` until it returns something truthy; return that value.
 
-    Raises AssertionError after ``timeout`` seconds.  Exceptions listed in
-    ``ignore`` count as "not yet" (the last one is chained to the failure).
+    The pause between calls starts at ``interval`` and grows to ``POLL_CAP``
+    (or ``interval`` if larger).  Raises AssertionError after ``timeout``
+    seconds, a guard against a hang, not a measure of speed.  Exceptions
+    listed in ``ignore`` count as "not yet" (the last one is chained to the
+    failure).
     """
     deadline = time.monotonic() + timeout
+    pause, longest = interval, max(interval, POLL_CAP)
     last_exc: BaseException | None = None
     while True:
         try:
@@ -82,7 +98,8 @@ def wait_until(
             if last_exc is not None:
                 raise AssertionError(f"{text} (last error: {last_exc!r})") from last_exc
             raise AssertionError(text)
-        time.sleep(interval)
+        time.sleep(pause)
+        pause = min(pause * 1.5, longest)
 
 
 # ---------------------------------------------------------------------------
@@ -186,7 +203,7 @@ def resp_frame_end(buf: bytes, pos: int = 0) -> int | None:
 class RawConn:
     """A plain TCP socket to a node: send exact bytes, read exact replies."""
 
-    def __init__(self, host: str, port: int, timeout: float = 10.0):
+    def __init__(self, host: str, port: int, timeout: float = WAIT_TIMEOUT):
         self.host, self.port, self.timeout = host, port, timeout
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -195,6 +212,7 @@ class RawConn:
 
     # -- sending
     def send(self, data: bytes) -> None:
+        self.sock.settimeout(self.timeout)     # a read may have left it non-blocking
         self.sock.sendall(data)
 
     def call(self, *args: Any) -> bytes:
@@ -209,13 +227,13 @@ class RawConn:
 
     # -- receiving
     def _fill(self, deadline: float) -> bool:
-        left = deadline - time.monotonic()
-        if left <= 0 or self.eof:
+        if self.eof:
             return False
-        self.sock.settimeout(left)
+        # Past the deadline (or a timeout of 0): only what has already arrived.
+        self.sock.settimeout(max(0.0, deadline - time.monotonic()))
         try:
             chunk = self.sock.recv(65536)
-        except socket.timeout:
+        except (socket.timeout, BlockingIOError):
             return False
         except ConnectionResetError:
             chunk = b""
@@ -241,7 +259,10 @@ class RawConn:
         return [self.read_reply(timeout) for _ in range(n)]
 
     def read_available(self, timeout: float = 0.2) -> bytes:
-        """Whatever arrives within ``timeout`` seconds (or until EOF)."""
+        """Whatever arrives within ``timeout`` seconds (or until EOF); with 0,
+        what has arrived already.  ``== b""`` shows that nothing came in a
+        window, which holds however slow the machine: a loaded one makes the
+        check weaker, never false."""
         deadline = time.monotonic() + timeout
         while self._fill(deadline):
             pass
@@ -257,7 +278,7 @@ class RawConn:
         data, self.buf = self.buf, b""
         return data
 
-    def is_closed(self, timeout: float = 2.0) -> bool:
+    def is_closed(self, timeout: float = WAIT_TIMEOUT) -> bool:
         """True if the peer closes the connection within ``timeout`` seconds."""
         try:
             self.read_until_closed(timeout)
@@ -523,7 +544,7 @@ class NodeProcess:
         _live.discard(self)
         return code
 
-    def terminate(self, timeout: float = 10.0) -> int | None:
+    def terminate(self, timeout: float = WAIT_TIMEOUT) -> int | None:
         """SIGTERM and wait for a clean exit; raises TimeoutError (after
         SIGKILLing it) if the node does not stop within ``timeout``."""
         if self.proc is None:
@@ -543,7 +564,7 @@ class NodeProcess:
         _live.discard(self)
         return self.proc.returncode
 
-    def wait_exit(self, timeout: float = 10.0) -> int:
+    def wait_exit(self, timeout: float = WAIT_TIMEOUT) -> int:
         """Wait for the process to exit on its own (e.g. after SHUTDOWN)."""
         assert self.proc is not None
         code = self.proc.wait(timeout)
@@ -591,7 +612,7 @@ class NodeProcess:
             host=self.host, port=self.port, protocol=protocol, decode_responses=False, **kwargs
         )
 
-    def raw(self, timeout: float = 10.0) -> RawConn:
+    def raw(self, timeout: float = WAIT_TIMEOUT) -> RawConn:
         r = RawConn(self.host, self.port, timeout=timeout)
         self._raws.append(r)
         return r
@@ -675,7 +696,7 @@ class NodeFactory:
         self.nodes.append(n)
         return n.start() if start else n
 
-    def cluster(self, size: int, *args: Any, timeout: float = 20.0, chain: bool = False,
+    def cluster(self, size: int, *args: Any, timeout: float = WAIT_TIMEOUT, chain: bool = False,
                 **directives: Any) -> list[NodeProcess]:
         """Start ``size`` nodes, CLUSTER MEET them (see ``join``), wait until all
         see each other."""
@@ -717,7 +738,7 @@ def cluster_info(n: NodeProcess) -> dict[str, str]:
     return out
 
 
-def join(nodes: Sequence[NodeProcess], timeout: float = 20.0, chain: bool = False) -> None:
+def join(nodes: Sequence[NodeProcess], timeout: float = WAIT_TIMEOUT, chain: bool = False) -> None:
     """MEET every node with the first one (``chain=True``: each node meets only
     the previous one, so gossip must spread the rest) and wait until each knows
     all of them and reaches all the others."""
@@ -782,12 +803,14 @@ def pydisque_run(code: str, port: int, host: str = HOST, timeout: float = 60.0) 
 
 
 __all__ = [
+    "NODE_WAIT_MS",
     "HOST",
     "REPO_ROOT",
     "NodeFactory",
     "NodeProcess",
     "NodeStartError",
     "RawConn",
+    "WAIT_TIMEOUT",
     "cluster_info",
     "encode_command",
     "free_port",

@@ -17,9 +17,7 @@ import pytest
 import requests
 
 from chaos.launcher import stop_process
-from tests.harness import REPO_ROOT, _die_with_parent
-
-START_TIMEOUT = 15.0
+from tests.harness import REPO_ROOT, WAIT_TIMEOUT, _die_with_parent
 
 
 class ProxyProcess:
@@ -40,7 +38,7 @@ class ProxyProcess:
         self.port = int(port)
 
     def _ready_line(self) -> str:
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + WAIT_TIMEOUT
         while time.monotonic() < deadline:
             ready, _, _ = select.select([self.proc.stdout], [], [], 0.1)
             if ready:
@@ -56,8 +54,8 @@ class ProxyProcess:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def delete_all(self) -> None:
-        for name in requests.get(self.url + "/proxies", timeout=10).json():
-            requests.delete(f"{self.url}/proxies/{name}", timeout=10)
+        for name in requests.get(self.url + "/proxies", timeout=WAIT_TIMEOUT).json():
+            requests.delete(f"{self.url}/proxies/{name}", timeout=WAIT_TIMEOUT)
 
     def stop(self) -> int | None:
         code = stop_process(self.proc)
@@ -114,7 +112,7 @@ class TcpServer:
     def received(self) -> bytes:
         return b"".join(data for _, data in self.reads)
 
-    async def wait_received(self, n: int, timeout: float = 10.0) -> bytes:
+    async def wait_received(self, n: int, timeout: float = WAIT_TIMEOUT) -> bytes:
         async with asyncio.timeout(timeout):
             while len(self.received()) < n:
                 await asyncio.sleep(0.005)

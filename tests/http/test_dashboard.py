@@ -3,6 +3,7 @@ never downloads a browser of its own here), on a real 3-node cluster."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import in_ci, join, wait_until
+from tests.harness import WAIT_TIMEOUT, in_ci, join, wait_until
 from tests.http.conftest import start_http_node
 
 CHROMIUM = "/usr/bin/chromium"
@@ -57,6 +58,7 @@ async def test_dashboard_on_a_three_node_cluster(node_factory, browser, tmp_path
                                 "REPLICATE", 1).decode()
 
     page = await browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(WAIT_TIMEOUT * 1000)     # waits for what the page shows
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -91,9 +93,10 @@ async def test_dashboard_on_a_three_node_cluster(node_factory, browser, tmp_path
         await page.wait_for_function(
             "() => { const r = document.querySelector('#queues tr[data-queue=\"flow\"]');"
             " return r && parseFloat(r.cells[2].textContent) > 0; }")
-        await page.wait_for_timeout(2500)      # a few points on the chart
-        after = await chart.screenshot()
-        assert after != before
+        # A few points on the chart: it is drawn anew as they come.
+        async with asyncio.timeout(WAIT_TIMEOUT):
+            while await chart.screenshot() == before:
+                await asyncio.sleep(0.25)
         legend = await page.locator(".u-legend").inner_text()
         assert "in (jobs/s)" in legend
         await page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)

@@ -17,11 +17,14 @@ from collections import Counter, defaultdict
 import pytest
 from aiohttp import web
 
-from tests.harness import REPO_ROOT, free_port, wait_until
+from tests.harness import REPO_ROOT, WAIT_TIMEOUT, free_port, wait_until
+
+CONCURRENCY = 4         # the dispatcher's limit in the /ok test
 
 
 class Endpoint:
-    """A webhook receiver: /ok (slow enough to see concurrency), /fail (500),
+    """A webhook receiver: /ok (held until CONCURRENCY requests are in at
+    once, then slow enough to see more), /fail (500),
     /slow (longer than the dispatcher's timeout), /flaky (500 twice per job)."""
 
     def __init__(self) -> None:
@@ -31,6 +34,7 @@ class Endpoint:
         self.attempts: Counter = Counter()
         self.in_flight = 0
         self.max_in_flight = 0
+        self.crowd = asyncio.Event()       # CONCURRENCY requests were in at once
         self.loop = asyncio.new_event_loop()
         self.started = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -44,7 +48,13 @@ class Endpoint:
         if kind == "ok":
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            if self.in_flight >= CONCURRENCY:
+                self.crowd.set()
             try:
+                # Held until the dispatcher had CONCURRENCY requests in at
+                # once (however slow the machine is to send them), then 0.1 s
+                # each: more than the limit would be seen.
+                await asyncio.wait_for(self.crowd.wait(), WAIT_TIMEOUT)
                 await asyncio.sleep(0.1)
             finally:
                 self.in_flight -= 1
@@ -72,7 +82,7 @@ class Endpoint:
 
     def __enter__(self) -> "Endpoint":
         self.thread.start()
-        self.started.wait(10)
+        self.started.wait(WAIT_TIMEOUT)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -98,7 +108,7 @@ def dispatch(node, queue: str, url: str, *args: str) -> subprocess.Popen:
 
 def stop(proc: subprocess.Popen) -> str:
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=30)
+    out, _ = proc.communicate(timeout=WAIT_TIMEOUT)
     assert proc.returncode == 0, out.decode(errors="replace")[-3000:]
     return out.decode(errors="replace")
 
@@ -111,14 +121,14 @@ def test_dispatch_acks_on_2xx_within_the_concurrency_limit(hnode, endpoint):
     c = hnode.client()
     bodies = [json.dumps({"n": i}).encode() for i in range(20)] + [b"\xff\x00raw"]
     ids = [c.execute_command("ADDJOB", "hooks", b, 0, "RETRY", 30).decode() for b in bodies]
-    proc = dispatch(hnode, "hooks", f"{endpoint.url}/ok", "--concurrency", "4")
+    proc = dispatch(hnode, "hooks", f"{endpoint.url}/ok", "--concurrency", str(CONCURRENCY))
     try:
         wait_until(lambda: c.execute_command("INFO", "jobs")["registered_jobs"] == 0,
-                   timeout=30, message=lambda: f"{len(endpoint.received)} received")
+                   message=lambda: f"{len(endpoint.received)} received")
     finally:
         out = stop(proc)
     assert sorted(b for _, _, b in endpoint.received) == sorted(bodies), out[-2000:]
-    assert endpoint.max_in_flight == 4                  # the limit, and reached
+    assert endpoint.max_in_flight == CONCURRENCY        # the limit, and reached
     by_id = {h["X-Disquette-Job-Id"]: (h, b) for _, h, b in endpoint.received}
     assert set(by_id) == set(ids)
     h, b = by_id[ids[0]]
@@ -137,9 +147,9 @@ def test_dispatch_retries_with_backoff_then_dead_letters(hnode, endpoint):
              dispatch(hnode, "fl", f"{endpoint.url}/flaky", "--max-attempts", "5",
                       "--backoff-base", "0.05")]
     try:
-        wait_until(lambda: c.execute_command("QLEN", "f:dead") == 1, timeout=30)
-        wait_until(lambda: endpoint.attempts[flaky] == 3, timeout=30)
-        wait_until(lambda: c.execute_command("SHOW", flaky) is None, timeout=10)
+        wait_until(lambda: c.execute_command("QLEN", "f:dead") == 1)
+        wait_until(lambda: endpoint.attempts[flaky] == 3)
+        wait_until(lambda: c.execute_command("SHOW", flaky) is None)
     finally:
         for p in procs:
             stop(p)
@@ -162,7 +172,7 @@ def test_dispatch_timeout_is_a_failure(hnode, endpoint):
     proc = dispatch(hnode, "s", f"{endpoint.url}/slow", "--timeout", "0.3",
                     "--max-attempts", "2", "--backoff-base", "0.05")
     try:
-        wait_until(lambda: c.execute_command("QLEN", "s:dead") == 1, timeout=30)
+        wait_until(lambda: c.execute_command("QLEN", "s:dead") == 1)
     finally:
         stop(proc)
     [letter] = dead_letters(c, "s:dead")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.harness import wait_until
+from tests.harness import NODE_WAIT_MS, wait_until
 from tests.http.conftest import start_http_node
 
 
@@ -41,7 +41,7 @@ async def test_metrics_agree_with_info(hnode, http):
     c.execute_command("PAUSE", "other", "out")
     blocker = hnode.client()
     blocker_conn = blocker.connection_pool.get_connection()
-    blocker_conn.send_command("GETJOB", "TIMEOUT", 30000, "FROM", "empty")
+    blocker_conn.send_command("GETJOB", "TIMEOUT", NODE_WAIT_MS, "FROM", "empty")
     wait_until(lambda: parse_info(hnode)["blocked_clients"].strip() == "1")
     # c and the blocked client remain (the raw connections above are closing).
     wait_until(lambda: c.info("clients")["connected_clients"] == 2)

@@ -10,7 +10,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis import checks
 
-from tests.harness import NodeProcess
+from tests.harness import WAIT_TIMEOUT, NodeProcess
 from tests.http.conftest import start_http_node
 
 CHECKS = [checks.status_code_conformance, checks.content_type_conformance,
@@ -42,10 +42,10 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 def test_every_response_matches_the_document(case, live):
     if case.method == "GET" and case.path == "/queues/{queue}/jobs":
         case.query = {**(case.query or {}), "nohang": "true"}  # never a long poll here
-    response = case.call(timeout=30)
+    response = case.call(timeout=WAIT_TIMEOUT)
     assert response.status_code < 500 or (
         response.json().get("error") in EXPECTED_5XX.get(response.status_code, ())), \
         f"{case.method} {case.formatted_path}: {response.status_code} {response.text[:300]}"
     case.validate_response(response, checks=CHECKS)
     # The node is still fine after every request.
-    assert requests.get(f"{live.http_url}/cluster", timeout=10).status_code == 200
+    assert requests.get(f"{live.http_url}/cluster", timeout=WAIT_TIMEOUT).status_code == 200

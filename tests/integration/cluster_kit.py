@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import redis
 
 from tests.conftest import _FACTORIES
-from tests.harness import NodeFactory, NodeProcess, RawConn, join, wait_until
+from tests.harness import WAIT_TIMEOUT, NodeFactory, NodeProcess, RawConn, join, wait_until
 
 NODE_TIMEOUT_MS = 1500          # cluster-node-timeout: PFAIL/FAIL within seconds
 JOB_ID_RE = re.compile(rb"^D-[0-9a-f]{8}-[A-Za-z0-9+/]{24}-[0-9a-f]{4}$")
@@ -116,7 +116,7 @@ class Cluster:
         self.factory = factory
         self.directives = {"cluster_node_timeout": NODE_TIMEOUT_MS, **directives}
         self.nodes = [factory(**self.directives) for _ in range(size)]
-        join(self.nodes, timeout=30, chain=chain)   # chain: each meets the previous one
+        join(self.nodes, chain=chain)   # chain: each meets the previous one
         self.wait_healthy()
         self.ids = [myid(n) for n in self.nodes]
 
@@ -154,7 +154,7 @@ class Cluster:
                 return False
         return True
 
-    def wait_healthy(self, timeout: float = 20.0) -> None:
+    def wait_healthy(self, timeout: float = WAIT_TIMEOUT) -> None:
         def describe() -> str:
             parts = []
             for n in self.nodes:
@@ -204,7 +204,7 @@ def healed(request, factory: NodeFactory, cluster: "Cluster") -> Iterator["Clust
         cont(n)
 
 
-def wait(pred, timeout: float = 10.0, message: Any = None) -> Any:
+def wait(pred, timeout: float = WAIT_TIMEOUT, message: Any = None) -> Any:
     return wait_until(pred, timeout=timeout, interval=0.02, message=message,
                       ignore=(OSError, redis.ConnectionError, redis.TimeoutError))
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.harness import RawConn, encode_command, resp_frame_end, wait_until
+from tests.harness import WAIT_TIMEOUT, RawConn, encode_command, resp_frame_end, wait_until
 
 SENTINEL_Q = "sentinel:queue:7f3a"
 
@@ -82,7 +82,7 @@ def test_malformed_request_gets_error_and_close(guarded, data, reply):
     r = node.raw()
     r.send(data)
     # The error comes at once (no waiting for a body of 99999999999 bytes), then EOF.
-    assert r.read_until_closed(5) == reply
+    assert r.read_until_closed() == reply
     assert_node_healthy(node, checker, long_lived)
 
 
@@ -90,7 +90,7 @@ def test_replies_before_the_error_are_delivered(guarded):
     node, _, _ = guarded
     r = node.raw()
     r.send(encode_command("PING") + encode_command("ECHO", "a") + b"*1\r\n$-3\r\n" + encode_command("PING"))
-    assert r.read_until_closed(5) == (
+    assert r.read_until_closed() == (
         b"+PONG\r\n$1\r\na\r\n-ERR Protocol error: invalid bulk length\r\n")
 
 
@@ -216,8 +216,8 @@ def test_disconnect_while_blocked_then_job_is_not_lost(guarded):
     # Once the node has seen the 5 connections come and go, nobody is blocked.
     # (A job added before the node noticed a close would go to the dead client
     # and come back only after RETRY, as in Disque.)
-    wait_until(lambda: total_connections(checker) >= before + 5, timeout=5)
-    wait_until(lambda: b"blocked_clients:0\r\n" in checker.call("INFO", "clients"), timeout=5)
+    wait_until(lambda: total_connections(checker) >= before + 5)
+    wait_until(lambda: b"blocked_clients:0\r\n" in checker.call("INFO", "clients"))
     jid = checker.call("ADDJOB", "blk", "x", "0")[1:-2]
     assert checker.call("QLEN", "blk") == b":1\r\n"
     assert jid in checker.call("GETJOB", "NOHANG", "FROM", "blk")
@@ -316,7 +316,7 @@ def test_fuzz_live_node(shared_node):
     @given(data=fuzz_input, chunks=st.integers(1, 4),
            ending=st.sampled_from(["half-close", "close", "reset"]))
     def one(data, chunks, ending):
-        s = socket.create_connection((node.host, node.port), timeout=10)
+        s = socket.create_connection((node.host, node.port), timeout=WAIT_TIMEOUT)
         try:
             step = max(1, len(data) // chunks)
             try:
@@ -371,7 +371,7 @@ def test_proto_max_bulk_len(limited):
     r2 = n.raw()
     # Refused at the header, before the body is sent.
     r2.send(b"*4\r\n$6\r\nADDJOB\r\n$3\r\nlim\r\n$1048577\r\n")
-    assert r2.read_until_closed(5) == b"-ERR Protocol error: invalid bulk length\r\n"
+    assert r2.read_until_closed() == b"-ERR Protocol error: invalid bulk length\r\n"
     assert r.call("QLEN", "lim") == b":1\r\n"
     # A run-time change applies to new connections.
     try:
@@ -393,7 +393,7 @@ def test_client_query_buffer_limit(limited):
     # proto-max-bulk-len): disconnected before it is complete.
     r.send(b"*4\r\n$4\r\nECHO\r\n" + (b"$1000000\r\n" + big + b"\r\n") * 2)
     r.send(b"$1000000\r\n" + big[:100_000])
-    assert r.read_until_closed(10) == b"-ERR Protocol error: query buffer limit exceeded\r\n"
+    assert r.read_until_closed() == b"-ERR Protocol error: query buffer limit exceeded\r\n"
     # Pipelining more than the limit in total is fine: commands are consumed as they come.
     ok = n.raw()
     ok.send(b"".join(encode_command("ECHO", "p" * 1000) for _ in range(3000)))
@@ -406,15 +406,15 @@ def test_query_buffer_limit_while_blocked(limited):
     """A blocked client that keeps sending: its input piles up and hits the limit."""
     n = limited
     w = n.raw()
-    w.send(encode_command("GETJOB", "TIMEOUT", "10000", "FROM", "nothing-here"))
-    wait_until(lambda: b"blocked_clients:1\r\n" in n.raw().call("INFO", "clients"), timeout=5)
+    w.send(encode_command("GETJOB", "FROM", "nothing-here"))     # blocked for good
+    wait_until(lambda: b"blocked_clients:1\r\n" in n.raw().call("INFO", "clients"))
     try:
         for _ in range(60):
             w.send(encode_command("ECHO", "b" * 60_000))
     except OSError:
         pass
-    assert w.is_closed(10)
-    wait_until(lambda: b"blocked_clients:0\r\n" in n.raw().call("INFO", "clients"), timeout=5)
+    assert w.is_closed()
+    wait_until(lambda: b"blocked_clients:0\r\n" in n.raw().call("INFO", "clients"))
 
 
 def test_maxclients(limited):
@@ -430,7 +430,7 @@ def test_maxclients(limited):
             if reply != b"+PONG\r\n":
                 break
         assert reply == b"-ERR max number of clients reached\r\n"
-        assert conns[-1].is_closed(5)
+        assert conns[-1].is_closed()
         conns.pop().close()
         # Every slot is taken by us (a closing connection of an earlier test
         # may have held one a moment longer), and never more than maxclients.
@@ -449,7 +449,7 @@ def test_maxclients(limited):
                 return c.call("PING") == b"+PONG\r\n"
             finally:
                 c.close()
-        wait_until(can_connect, timeout=5, ignore=(TimeoutError, OSError))
+        wait_until(can_connect, ignore=(TimeoutError, OSError))
     finally:
         for c in conns:
             c.close()

@@ -10,6 +10,7 @@ import pytest
 import redis
 from redis._parsers import _HiredisParser, _RESP2Parser, _RESP3Parser
 
+from tests.harness import NODE_WAIT_MS, WAIT_TIMEOUT
 from tests.integration.conftest import JOB_ID_RE
 
 UNKNOWN = "D-deadbeef-AAAAAAAAAAAAAAAAAAAAAAAA-05a1"
@@ -24,7 +25,7 @@ PARSERS = [
 
 def make_client(node, proto, parser):
     pool = redis.ConnectionPool(host=node.host, port=node.port, protocol=proto,
-                                parser_class=parser, socket_timeout=10)
+                                parser_class=parser, socket_timeout=WAIT_TIMEOUT)
     c = redis.Redis(connection_pool=pool)
     node._clients.append(c)
     return c
@@ -131,14 +132,18 @@ async def test_redis_py_asyncio_blocking_getjob(snode):
     a = snode.aclient()
     b = snode.aclient(protocol=2)
     try:
-        waiter = asyncio.create_task(a.execute_command("GETJOB", "TIMEOUT", 5000, "FROM", "aq"))
-        for _ in range(500):
-            stat = await b.execute_command("QSTAT", "aq")
-            if stat and stat[stat.index(b"blocked") + 1] == 1:
-                break
-            await asyncio.sleep(0.01)
+        waiter = asyncio.create_task(
+            a.execute_command("GETJOB", "TIMEOUT", NODE_WAIT_MS, "FROM", "aq"))
+
+        async def blocked() -> None:
+            while True:
+                stat = await b.execute_command("QSTAT", "aq")
+                if stat and stat[stat.index(b"blocked") + 1] == 1:
+                    return
+                await asyncio.sleep(0.01)
+        await asyncio.wait_for(blocked(), WAIT_TIMEOUT)
         jid = await b.execute_command("ADDJOB", "aq", "async", 0)
-        assert await asyncio.wait_for(waiter, 5) == [[b"aq", jid, b"async"]]
+        assert await asyncio.wait_for(waiter, WAIT_TIMEOUT) == [[b"aq", jid, b"async"]]
     finally:
         await a.aclose()
         await b.aclose()

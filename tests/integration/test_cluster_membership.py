@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from tests.conftest import _FACTORIES
-from tests.harness import module_factory
+from tests.harness import NODE_WAIT_MS, WAIT_TIMEOUT, module_factory
 from tests.integration.cluster_kit import (
     NODE_TIMEOUT_MS, Cluster, addjob, client, cluster_info, cmd, hello, myid, nodes_table, qlen,
     raw_text, show, wait,
@@ -118,7 +118,7 @@ def test_kill9_fail_needs_a_majority_and_clears_on_rejoin(cl):
     def all_pfail():
         seen.add(hello(cl[0])[1][ids[2]][2])
         return all("pfail" in flags_on(i, d) for i in (0, 1) for d in (2, 3, 4))
-    wait(all_pfail, timeout=15, message=lambda: raw_text(cl[0], "CLUSTER", "NODES"))
+    wait(all_pfail, message=lambda: raw_text(cl[0], "CLUSTER", "NODES"))
     assert seen <= {1, 5, 10} and 5 in seen, seen
     assert sorted(e[2] for e in hello(cl[1])[1].values()) == [1, 1, 10, 10, 10]
     window_end = time.monotonic() + 2 * NODE_TIMEOUT_MS / 1000
@@ -137,7 +137,7 @@ def test_kill9_fail_needs_a_majority_and_clears_on_rejoin(cl):
     def flagged_fail():
         return all("fail" in flags_on(i, d) and not flags_on(i, 2) & {"pfail", "fail"}
                    for i in (0, 1, 2) for d in dead)
-    wait(flagged_fail, timeout=15, message=lambda: raw_text(cl[0], "CLUSTER", "NODES"))
+    wait(flagged_fail, message=lambda: raw_text(cl[0], "CLUSTER", "NODES"))
     for i in (0, 1, 2):
         _, entries = hello(cl[i])
         assert {nid: e[2] for nid, e in entries.items()} == {
@@ -149,7 +149,7 @@ def test_kill9_fail_needs_a_majority_and_clears_on_rejoin(cl):
     for i in dead:
         cl[i].start()
         assert myid(cl[i]) == ids[i]
-    cl.wait_healthy(timeout=15)
+    cl.wait_healthy()
     for n in cl:
         _, entries = hello(n)
         assert {nid: e[2] for nid, e in entries.items()} == {nid: 1 for nid in ids}
@@ -175,7 +175,7 @@ def test_forget_blacklists_the_node(cl):
         assert gone not in nodes_table(a), "forgotten node re-added before 60 s"
         return int(cluster_info(a)["cluster_stats_messages_received"]) - start >= 30
 
-    wait(many_messages_and_still_forgotten, timeout=15)
+    wait(many_messages_and_still_forgotten)
     assert gone not in nodes_table(a)
     assert gone not in hello(a)[1]
 
@@ -185,7 +185,7 @@ def test_forget_blacklists_the_node(cl):
     assert list(nodes_table(a)) == [cl.ids[0]]
     assert myid(a) == cl.ids[0]
     assert cmd(a, "CLUSTER", "MEET", cl[1].host, cl[1].port) == b"OK"
-    cl.wait_healthy(timeout=15)
+    cl.wait_healthy()
 
 
 # ------------------------------------------------------ sync replication
@@ -226,22 +226,27 @@ def test_default_replicate_and_too_many(cl):
 
 def test_norepl_when_nodes_are_down(cl):
     producer = cl[0]
-    cl[3].kill()
-    cl[4].kill()
-    # Not yet PFAIL (node timeout 1.5 s): the producer still counts them and
-    # sends REPLJOB, which nobody answers -> the timeout variant.
-    t0 = time.monotonic()
-    with pytest.raises(redis.ResponseError) as e:
-        cmd(producer, "ADDJOB", "nq", "x", 300, "REPLICATE", 5)
-    took = time.monotonic() - t0
-    assert error_text(e) == NOREPL_TIMEOUT
-    assert 0.25 <= took < 2.0, took
+    # Not yet PFAIL: the producer still counts them and sends REPLJOB, which
+    # nobody answers -> the timeout variant.  Its node timeout is raised for
+    # that part, so that a slow machine does not let it flag them first.
+    assert cmd(producer, "CONFIG", "SET", "cluster-node-timeout", 600_000) == b"OK"
+    try:
+        cl[3].kill()
+        cl[4].kill()
+        t0 = time.monotonic()
+        with pytest.raises(redis.ResponseError) as e:
+            cmd(producer, "ADDJOB", "nq", "x", 300, "REPLICATE", 5)
+        took = time.monotonic() - t0
+        assert error_text(e) == NOREPL_TIMEOUT
+        assert took >= 0.25, took
+    finally:
+        assert cmd(producer, "CONFIG", "SET", "cluster-node-timeout", NODE_TIMEOUT_MS) == b"OK"
     # The copies it made are deleted, best effort; none was queued anywhere.
     wait(lambda: all(qlen(cl[i], "nq") == 0 and cmd(cl[i], "JSCAN", 0, "BUSYLOOP")[1] == []
-                     for i in (0, 1, 2)), timeout=5)
+                     for i in (0, 1, 2)))
 
     # Once they are flagged down the producer refuses at once.
-    wait(lambda: cluster_info(producer)["cluster_reachable_nodes"] == "2", timeout=10)
+    wait(lambda: cluster_info(producer)["cluster_reachable_nodes"] == "2")
     with pytest.raises(redis.ResponseError) as e:
         cmd(producer, "ADDJOB", "nq", "x", 5000, "REPLICATE", 4)
     assert error_text(e) == NOREPL_NODES
@@ -260,7 +265,7 @@ def test_replication_completes_when_killed_node_returns(cl):
         try:
             c = producer.client()
             result["t0"] = time.monotonic()
-            result["id"] = c.execute_command("ADDJOB", "bq", "back", 20000, "REPLICATE", 5)
+            result["id"] = c.execute_command("ADDJOB", "bq", "back", NODE_WAIT_MS, "REPLICATE", 5)
         except Exception as exc:  # noqa: BLE001 - reported below
             result["error"] = exc
         result["t1"] = time.monotonic()
@@ -268,8 +273,8 @@ def test_replication_completes_when_killed_node_returns(cl):
     th = threading.Thread(target=produce, daemon=True)
     th.start()
     # It waits: only three of the five copies can be made.
-    wait(lambda: "t0" in result, timeout=5)
-    th.join(0.3)
+    wait(lambda: "t0" in result)
+    th.join(0.3)            # not answered within a window: holds however slow
     assert th.is_alive(), result
     # Meanwhile SHOW lists the nodes that confirmed their copy (as Disque).
     _, waiting = cmd(producer, "JSCAN", "BUSYLOOP", "STATE", "wait-repl")
@@ -277,7 +282,7 @@ def test_replication_completes_when_killed_node_returns(cl):
     wait(lambda: show(producer, waiting[0])["nodes-confirmed"] == set(cl.ids[:3]))
     cl[3].start()
     cl[4].start()
-    th.join(20)
+    th.join(WAIT_TIMEOUT)
     assert not th.is_alive()
     assert "error" not in result, result
     jid = result["id"]
@@ -288,13 +293,13 @@ def test_replication_completes_when_killed_node_returns(cl):
 
 def test_async_addjob_answers_at_once_and_keeps_replicating(cl):
     cl[4].kill()
-    t0 = time.monotonic()
+    # An id at all shows it answered at once: with node 4 down a sync ADDJOB
+    # could not make its five copies and would end in NOREPL after 10 s.
     jid = addjob(cl[0], "aq", "async", 10000, "REPLICATE", 5, "ASYNC")
-    assert time.monotonic() - t0 < 0.5
     assert show(cl[0], jid)["state"] == "queued"
-    wait(lambda: cl.holders(jid) == [0, 1, 2, 3], timeout=5)
+    wait(lambda: cl.holders(jid) == [0, 1, 2, 3])
     cl[4].start()                 # the copy it still misses is made when it is back
-    wait(lambda: cl.holders(jid) == [0, 1, 2, 3, 4], timeout=10)
+    wait(lambda: cl.holders(jid) == [0, 1, 2, 3, 4])
 
 
 def test_external_replication_under_tiny_maxmemory(cl):
@@ -309,7 +314,7 @@ def test_external_replication_under_tiny_maxmemory(cl):
         holders = cl.holders(jid)
         assert len(holders) >= 2 and 2 not in holders
         # One holder is told to queue it.
-        wait(lambda: sum(qlen(n, "xq") for n in cl) == 1, timeout=5)
+        wait(lambda: sum(qlen(n, "xq") for n in cl) == 1)
         queued_on = [i for i in holders if show(cl[i], jid)["state"] == "queued"]
         assert len(queued_on) == 1
         s = show(cl[queued_on[0]], jid)
@@ -341,7 +346,7 @@ def test_leaving_is_advertised_and_honoured(cl):
     def everyone_sees_leaving():
         return all(hello(n)[1][lid][2] == 100 and "leaving" in nodes_table(n)[lid]["flags"]
                    for n in cl)
-    wait(everyone_sees_leaving, timeout=10)
+    wait(everyone_sees_leaving)
     for i in range(4):
         assert cluster_info(cl[i])["cluster_reachable_nodes"] == "3"
 
@@ -358,7 +363,7 @@ def test_leaving_is_advertised_and_honoured(cl):
     assert show(leaver, jid) is None
     holders = cl.holders(jid)
     assert len(holders) >= 3 and 4 not in holders
-    wait(lambda: sum(qlen(cl[i], "lq") for i in range(4)) == 1, timeout=5)
+    wait(lambda: sum(qlen(cl[i], "lq") for i in range(4)) == 1)
     # The others never replicate to it.
     with pytest.raises(redis.ResponseError) as e:
         cmd(cl[0], "ADDJOB", "lq", "x", 5000, "REPLICATE", 5)
@@ -367,4 +372,4 @@ def test_leaving_is_advertised_and_honoured(cl):
         assert 4 not in cl.holders(addjob(cl[0], "lq", "x", 5000, "REPLICATE", 4))
 
     assert cmd(leaver, "CLUSTER", "LEAVING", "no") == b"OK"
-    wait(lambda: all(hello(n)[1][lid][2] == 1 for n in cl), timeout=10)
+    wait(lambda: all(hello(n)[1][lid][2] == 1 for n in cl))

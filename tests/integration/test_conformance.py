@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from tests.harness import join, wait_until
+from tests.harness import NODE_WAIT_MS, WAIT_TIMEOUT, join, wait_until
 from tests.integration.cluster_kit import cmd
 from tests.integration.test_clients import PARSERS, make_client
 
@@ -332,14 +332,14 @@ def test_qscan_importrate_lists_queues_that_imported(node_factory):
     got = []
 
     def consume():
-        got.append(b.raw().call("GETJOB", "TIMEOUT", "10000", "FROM", "pushed"))
+        got.append(b.raw().call("GETJOB", "TIMEOUT", str(NODE_WAIT_MS), "FROM", "pushed"))
         done.set()
 
     t = threading.Thread(target=consume)
     t.start()
-    wait_until(lambda: qstat(b, "pushed").get(b"blocked") == 1, timeout=10)
+    wait_until(lambda: qstat(b, "pushed").get(b"blocked") == 1)
     job_id(ra.call("ADDJOB", "pushed", "job", "0"))
-    assert done.wait(15)
+    assert done.wait(WAIT_TIMEOUT)
     t.join()
     assert got[0].startswith(b"*1\r\n*3\r\n$6\r\npushed\r\n"), got
     assert b"pushed" in cmd(b, "QSCAN", "BUSYLOOP", "IMPORTRATE", 1)[1]

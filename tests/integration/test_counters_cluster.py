@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness import module_factory
+from tests.harness import NODE_WAIT_MS, module_factory
 from tests.integration.cluster_kit import Cluster, addjob, cmd, qlen, show, wait
 
 pytestmark = pytest.mark.xdist_group("counters_cluster")
@@ -37,7 +37,8 @@ def test_a_job_requeued_on_another_node_reaches_the_consumer_with_its_counters(c
     assert got[1] == jid
     wait(lambda: sum(qlen(n, "q") for n in cl) == 1, message="nobody re-queued it")
     assert qlen(a, "q") == 0                        # queued on another node
-    (got,) = cmd(a, "GETJOB", "TIMEOUT", 5000, "WITHCOUNTERS", "FROM", "q")
+    # Federation brings it (a NEEDJOBS broadcast may need its 2 s, 4 s retries).
+    (got,) = cmd(a, "GETJOB", "TIMEOUT", NODE_WAIT_MS, "WITHCOUNTERS", "FROM", "q")
     assert got[1] == jid and got[3] == b"nacks" and got[5] == b"additional-deliveries"
     assert got[4] == 0 and got[6] >= 1, got         # Disque: additional-deliveries >= 1
     # Once quiet, every holder shows the counters of the job.

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.harness import encode_command, wait_until
+from tests.harness import NODE_WAIT_MS, encode_command, wait_until
 from tests.integration.conftest import addjob, show
 
 
@@ -27,7 +27,7 @@ def start_blocking(node, *args, protocol=2):
     queue = args[-1]
     before = blocked_on(node, queue)
     w.send(encode_command("GETJOB", *args))
-    wait_until(lambda: blocked_on(node, queue) > before, timeout=5,
+    wait_until(lambda: blocked_on(node, queue) > before,
                message=f"GETJOB {args} did not block")
     return w
 
@@ -56,7 +56,7 @@ def test_timeout_returns_null_after_the_timeout(snode, proto, null):
     t0 = time.monotonic()
     assert r.call("GETJOB", "TIMEOUT", "200", "FROM", "nothing") == null
     elapsed = time.monotonic() - t0
-    assert 0.18 <= elapsed < 2.0, elapsed
+    assert elapsed >= 0.18, elapsed     # no upper bound: a loaded machine is slow
     # The connection is usable afterwards.
     assert r.call("PING") == b"+PONG\r\n"
 
@@ -140,9 +140,9 @@ def test_withcounters_counts_nacks_and_redeliveries(snode):
 # --------------------------------------------------------------- blocking
 @pytest.mark.parametrize("proto", [2, 3])
 def test_blocked_getjob_woken_by_addjob_from_another_client(snode, proto):
-    w = start_blocking(snode, "TIMEOUT", "10000", "FROM", "q", protocol=proto)
+    w = start_blocking(snode, "TIMEOUT", str(NODE_WAIT_MS), "FROM", "q", protocol=proto)
     jid = addjob(snode.client(), "q", "wake")
-    assert w.read_reply(timeout=5) == b"*1\r\n" + job_bytes(b"q", jid, b"wake")
+    assert w.read_reply() == b"*1\r\n" + job_bytes(b"q", jid, b"wake")
     assert show(snode.client(), jid)["state"] == b"active"
     assert w.call("PING") == b"+PONG\r\n"
 
@@ -153,7 +153,7 @@ def test_blocked_getjob_forever_woken_by_addjob(snode):
     assert snode.raw().call("GETJOB", "TIMEOUT", "100", "FROM", "q") == b"*-1\r\n"
     assert blocked_on(snode, "q") == 1
     jid = addjob(snode.client(), "q", "late")
-    assert w.read_reply(timeout=5) == b"*1\r\n" + job_bytes(b"q", jid, b"late")
+    assert w.read_reply() == b"*1\r\n" + job_bytes(b"q", jid, b"late")
 
 
 def test_blocked_getjob_woken_by_nack(snode):
@@ -162,7 +162,7 @@ def test_blocked_getjob_woken_by_nack(snode):
     c.execute_command("GETJOB", "FROM", "q")
     w = start_blocking(snode, "WITHCOUNTERS", "FROM", "q")
     assert c.execute_command("NACK", jid) == 1
-    assert w.read_reply(timeout=5) == (
+    assert w.read_reply() == (
         b"*1\r\n*7\r\n$1\r\nq\r\n$40\r\n" + jid + b"\r\n$1\r\nb\r\n"
         b"$5\r\nnacks\r\n:1\r\n$21\r\nadditional-deliveries\r\n:0\r\n")
 
@@ -173,16 +173,16 @@ def test_blocked_getjob_woken_by_enqueue(snode):
     c.execute_command("DEQUEUE", jid)
     w = start_blocking(snode, "WITHCOUNTERS", "FROM", "other", "q")
     assert c.execute_command("ENQUEUE", jid) == 1
-    assert w.read_reply(timeout=5) == (
+    assert w.read_reply() == (
         b"*1\r\n*7\r\n$1\r\nq\r\n$40\r\n" + jid + b"\r\n$1\r\nb\r\n"
         b"$5\r\nnacks\r\n:0\r\n$21\r\nadditional-deliveries\r\n:1\r\n")
 
 
 def test_blocked_on_several_queues(snode):
-    w = start_blocking(snode, "TIMEOUT", "10000", "FROM", "q1", "q2", "q3")
+    w = start_blocking(snode, "TIMEOUT", str(NODE_WAIT_MS), "FROM", "q1", "q2", "q3")
     assert blocked_on(snode, "q1") == 1 and blocked_on(snode, "q2") == 1
     jid = addjob(snode.client(), "q2", "b")
-    assert w.read_reply(timeout=5) == b"*1\r\n" + job_bytes(b"q2", jid, b"b")
+    assert w.read_reply() == b"*1\r\n" + job_bytes(b"q2", jid, b"b")
     # No longer blocked on any of them.
     assert [blocked_on(snode, q) for q in ("q1", "q2", "q3")] == [0, 0, 0]
     assert b"blocked_clients:0\r\n" in snode.raw().call("INFO", "clients")
@@ -191,7 +191,7 @@ def test_blocked_on_several_queues(snode):
 def test_blocked_with_count_gets_one_job(snode):
     w = start_blocking(snode, "COUNT", "5", "FROM", "q")
     jid = addjob(snode.client(), "q", "b")
-    assert w.read_reply(timeout=5) == b"*1\r\n" + job_bytes(b"q", jid, b"b")
+    assert w.read_reply() == b"*1\r\n" + job_bytes(b"q", jid, b"b")
 
 
 def test_blocked_clients_served_in_blocking_order(snode):
@@ -202,25 +202,26 @@ def test_blocked_clients_served_in_blocking_order(snode):
     p.execute_command("ADDJOB", "q", "one", 0)
     p.execute_command("ADDJOB", "q", "two", 0)
     one, two = p.execute()
-    assert first.read_reply(timeout=5) == b"*1\r\n" + job_bytes(b"q", one, b"one")
-    assert second.read_reply(timeout=5) == b"*1\r\n" + job_bytes(b"q", two, b"two")
+    assert first.read_reply() == b"*1\r\n" + job_bytes(b"q", one, b"one")
+    assert second.read_reply() == b"*1\r\n" + job_bytes(b"q", two, b"two")
     assert c.execute_command("QLEN", "q") == 0
 
 
 def test_pipelined_commands_after_a_blocked_getjob_wait_for_it(snode):
     w = snode.raw()
-    w.send(encode_command("GETJOB", "TIMEOUT", "5000", "FROM", "q") + encode_command("PING"))
-    wait_until(lambda: blocked_on(snode, "q") == 1, timeout=5)
+    w.send(encode_command("GETJOB", "TIMEOUT", str(NODE_WAIT_MS), "FROM", "q")
+           + encode_command("PING"))
+    wait_until(lambda: blocked_on(snode, "q") == 1)
     assert w.read_available(0.1) == b""      # PING is held back behind the blocked GETJOB
     jid = addjob(snode.client(), "q", "b")
-    assert w.read_reply(timeout=5) == b"*1\r\n" + job_bytes(b"q", jid, b"b")
-    assert w.read_reply(timeout=5) == b"+PONG\r\n"
+    assert w.read_reply() == b"*1\r\n" + job_bytes(b"q", jid, b"b")
+    assert w.read_reply() == b"+PONG\r\n"
 
 
 def test_client_disconnecting_while_blocked_loses_no_job(snode):
     w = start_blocking(snode, "FROM", "q")
     w.close()
-    wait_until(lambda: blocked_on(snode, "q") == 0, timeout=5)
+    wait_until(lambda: blocked_on(snode, "q") == 0)
     c = snode.client()
     jid = addjob(c, "q", "b")
     assert c.execute_command("QLEN", "q") == 1
@@ -230,8 +231,8 @@ def test_client_disconnecting_while_blocked_loses_no_job(snode):
 def test_blocked_getjob_woken_by_delay_expiry(snode):
     c = snode.client()
     jid = addjob(c, "q", "later", "DELAY", 1)
-    w = start_blocking(snode, "TIMEOUT", "5000", "FROM", "q")
-    assert w.read_reply(timeout=5) == b"*1\r\n" + job_bytes(b"q", jid, b"later")
+    w = start_blocking(snode, "TIMEOUT", str(NODE_WAIT_MS), "FROM", "q")
+    assert w.read_reply() == b"*1\r\n" + job_bytes(b"q", jid, b"later")
 
 
 # ------------------------------------------------------------------ PAUSE
@@ -247,10 +248,10 @@ def test_pause_out_holds_jobs_and_unpause_wakes_blocked_clients(snode):
     # ADDJOB still accepted while paused out.
     jid2 = addjob(c, "q", "b2")
     assert c.execute_command("QLEN", "q") == 2
-    w = start_blocking(snode, "TIMEOUT", "10000", "FROM", "q")
+    w = start_blocking(snode, "TIMEOUT", str(NODE_WAIT_MS), "FROM", "q")
     assert w.read_available(0.05) == b""
     assert r.call("PAUSE", "q", "none") == b"+none\r\n"
-    assert w.read_reply(timeout=5) == b"*1\r\n" + job_bytes(b"q", jid, b"b")
+    assert w.read_reply() == b"*1\r\n" + job_bytes(b"q", jid, b"b")
     assert c.execute_command("GETJOB", "NOHANG", "FROM", "q")[0][1] == jid2
 
 
@@ -267,15 +268,15 @@ def test_pause_in_refuses_addjob_and_postpones_requeue(snode):
     # GETJOB still works on a queue paused in input (nothing queued here though).
     assert r.call("GETJOB", "NOHANG", "FROM", "qp") == b"*-1\r\n"
     # The witness is requeued; the paused one's timer fires and is postponed.
-    wait_until(lambda: c.execute_command("QLEN", "qn") == 1, timeout=5)
+    wait_until(lambda: c.execute_command("QLEN", "qn") == 1)
     wait_until(lambda: time.monotonic() > deadline + 0.05
-               and show(c, paused)["next-requeue-within"] > 0, timeout=5)
+               and show(c, paused)["next-requeue-within"] > 0)
     s = show(c, paused)
     assert s["state"] == b"active" and c.execute_command("QLEN", "qp") == 0
     assert show(c, witness)["state"] == b"queued"
     # Unpaused: the job is requeued at its next retry.
     assert r.call("PAUSE", "qp", "none") == b"+none\r\n"
-    got = c.execute_command("GETJOB", "TIMEOUT", 5000, "FROM", "qp")
+    got = c.execute_command("GETJOB", "TIMEOUT", NODE_WAIT_MS, "FROM", "qp")
     assert got[0][1] == paused
 
 

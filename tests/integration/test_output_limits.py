@@ -9,7 +9,7 @@ import select
 import socket
 import time
 
-from tests.harness import encode_command, wait_until
+from tests.harness import WAIT_TIMEOUT, encode_command, wait_until
 
 BIG = 200_000
 
@@ -23,7 +23,7 @@ def lazy_reader(node) -> socket.socket:
     return s
 
 
-def send_echoes(s: socket.socket, n: int, timeout: float = 10.0) -> None:
+def send_echoes(s: socket.socket, n: int, timeout: float = WAIT_TIMEOUT) -> None:
     """Send n big ECHOs, waiting for room as the node reads them (on a loaded
     machine the node reads slowly: giving up at the first full send buffer
     could leave less queued than the kernel buffers absorb). Stops early once
@@ -50,9 +50,9 @@ def test_hard_limit_disconnects_a_client_that_does_not_read(node):
     assert c.config_set("client-output-buffer-limit", "normal 1mb 0 0")
     before = client_count(c)
     s = lazy_reader(node)
-    wait_until(lambda: client_count(c) == before + 1, timeout=5)
+    wait_until(lambda: client_count(c) == before + 1)
     send_echoes(s, 100)         # 20 MB of replies, far over 1 MB plus socket buffers
-    wait_until(lambda: client_count(c) == before, timeout=10,
+    wait_until(lambda: client_count(c) == before,
                message="the lazy client was not disconnected")
     assert c.execute_command("PING") is True
     assert "output buffer limits" in node.log()
@@ -64,10 +64,10 @@ def test_soft_limit_needs_soft_seconds(node):
     c.config_set("client-output-buffer-limit", "normal 0 512kb 1")
     before = client_count(c)
     s = lazy_reader(node)
-    wait_until(lambda: client_count(c) == before + 1, timeout=5)
+    wait_until(lambda: client_count(c) == before + 1)
     send_echoes(s, 30)
     # Over the soft limit, kept for a second, then dropped.
-    wait_until(lambda: client_count(c) == before, timeout=10)
+    wait_until(lambda: client_count(c) == before)
     s.close()
 
 

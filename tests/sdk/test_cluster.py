@@ -15,7 +15,9 @@ from disquette import (
     AsyncClient, Client, DisqueConnectionError, ReplyError, ReplyLostError, Worker,
 )
 from tests.conftest import _FACTORIES
-from tests.harness import NodeFactory, NodeProcess, module_factory, wait_until
+from tests.harness import (
+    NODE_WAIT_MS, WAIT_TIMEOUT, NodeFactory, NodeProcess, module_factory, wait_until,
+)
 
 pytestmark = pytest.mark.xdist_group("sdk_cluster")
 NODE_TIMEOUT_MS = 1500
@@ -70,7 +72,7 @@ def test_moves_off_a_leaving_node(kind, trio):
     assert consumer.node == a.addr
     a.client().execute_command("CLUSTER", "LEAVING", "yes")
     jid = Client(b.addr).add_job("q", "hello", replicate=1)
-    (job,) = consumer.get_jobs("q", timeout_ms=5000)  # -LEAVING from a, then b or c
+    (job,) = consumer.get_jobs("q", timeout_ms=NODE_WAIT_MS)  # -LEAVING from a, then b or c
     assert job.id == jid and consumer.node != a.addr
     consumer.hello()
     assert consumer.node != a.addr and consumer.nodes[-1] == a.addr  # a ranks last
@@ -85,7 +87,8 @@ def test_consumer_moves_to_the_producing_node(trio):
     consumer = Client(a.addr, switch_min_jobs=50)
     got: set[str] = set()
     while consumer.switches == 0 and len(got) < 120:
-        jobs = consumer.get_jobs("q", count=10, timeout_ms=2000)  # federation from b
+        # Federation from b (a NEEDJOBS broadcast may need its 2 s, 4 s retries).
+        jobs = consumer.get_jobs("q", count=10, timeout_ms=NODE_WAIT_MS)
         assert jobs, "no job came through federation"
         assert all(j.node_prefix == myid(b)[:8] for j in jobs)
         got.update(j.id for j in jobs)
@@ -156,13 +159,13 @@ def test_failover_kill_9_mid_stream(node_factory):
         assert len(added) + len(lost) + len(refused) == total
         assert len(added) > total * 0.9, (len(lost), refused[:3])
         definite = set(added)
-        wait_until(lambda: definite <= processed, timeout=60, interval=0.2,
+        wait_until(lambda: definite <= processed, interval=0.2,
                    message=lambda: f"{len(definite - processed)} acknowledged jobs "
                                    f"not processed")
         survivors = [n.client() for n in nodes[1:]]
         wait_until(lambda: all(r.execute_command("QLEN", "q") == 0 for r in survivors),
-                   timeout=30, interval=0.2)
+                   interval=0.2)
     finally:
         worker.stop()
-        thread.join(15)
+        thread.join(WAIT_TIMEOUT)
     assert not thread.is_alive()

@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 
 from disquette import AsyncClient, Client, Worker
+from tests.harness import WAIT_TIMEOUT
 
 
 class Running:
@@ -23,7 +24,7 @@ class Running:
         self.thread = threading.Thread(target=worker.run, daemon=True)
         self.thread.start()
 
-    def stop(self, timeout: float = 15.0) -> None:
+    def stop(self, timeout: float = WAIT_TIMEOUT) -> None:
         self.worker.stop()
         self.thread.join(timeout)
         assert not self.thread.is_alive(), "worker did not stop"
@@ -63,7 +64,7 @@ def test_handlers_ack_and_hooks(kind, dnode, wait_until):
     w = Worker(c, ["q"], handler, concurrency=8, before_job=lambda j: events.update(["before"]),
                after_job=after)
     with Running(w) as r:
-        wait_until(lambda: w.stats["ok"] == 300, timeout=20)
+        wait_until(lambda: w.stats["ok"] == 300)
         r.stop()
     assert sorted(seen) == list(range(300))
     assert events == {"before": 300, "after": 300}
@@ -86,7 +87,7 @@ def test_failures_nack_then_dead_letter_then_requeue(dnode, wait_until):
 
     w = Worker(c, "q", handler, max_attempts=3, on_failure=lambda j, e: failures.append(str(e)))
     with Running(w):
-        wait_until(lambda: w.stats["dead_lettered"] == 1, timeout=10)
+        wait_until(lambda: w.stats["dead_lettered"] == 1)
     assert attempts == [1, 2, 3]  # NACK: nacks counts the attempts
     assert failures == ["cannot send to x"] * 3
     assert w.stats == {"ok": 1, "failed": 3, "dead_lettered": 1}
@@ -115,7 +116,7 @@ def test_custom_dead_letter_queue_and_poison_jobs(dnode, wait_until):
     w = Worker(c, "q", lambda job: ran.append(job.id), max_attempts=3,
                dead_letter_queue=lambda q: f"dlq.{q}")
     with Running(w):
-        wait_until(lambda: w.stats["dead_lettered"] == 1, timeout=10)
+        wait_until(lambda: w.stats["dead_lettered"] == 1)
     assert ran == []
     (dead,) = c.dead_letters("dlq.q")
     assert dead.raw == b"\xff binary body" and dead.body == b"\xff binary body"
@@ -136,7 +137,7 @@ def test_retry_backoff_lets_retry_requeue(dnode, wait_until):
 
     w = Worker(c, "q", handler, retry_backoff=True, working_after=5)
     with Running(w):
-        wait_until(lambda: w.stats["ok"] == 1, timeout=10)
+        wait_until(lambda: w.stats["ok"] == 1)
     (n1, a1, t1), (n2, a2, t2) = seen
     assert (n1, a1, n2, a2) == (0, 0, 0, 1)  # no NACK: RETRY re-queued it
     assert t2 - t1 >= 0.6  # RETRY 1 s, minus the broker's jitter
@@ -167,7 +168,7 @@ def test_working_keeps_long_job(kind, dnode, wait_until):
 
     w = Worker(c, "q", handler, concurrency=2, working_after=0.3)
     with Running(w):
-        wait_until(lambda: w.stats["ok"] == 1, timeout=15)
+        wait_until(lambda: w.stats["ok"] == 1)
     assert runs == [1] and own == [1]
     assert c.show(jid) is None
 
@@ -176,12 +177,12 @@ def test_never_more_jobs_than_free_slots(dnode, wait_until):
     c = Client(dnode.addr)
     c.add_jobs([("q", i) for i in range(20)])
     release = threading.Event()
-    w = Worker(c, "q", lambda job: release.wait(10), concurrency=3, poll_ms=100)
+    w = Worker(c, "q", lambda job: release.wait(WAIT_TIMEOUT), concurrency=3, poll_ms=100)
     with Running(w) as r:
         wait_until(lambda: w.in_flight == 3)
         for _ in range(5):  # several fetch rounds later: still 3 taken, 17 queued
             assert c.qlen("q") == 17 and len(active_ids(c, "q")) == 3
-            time.sleep(0.1)
+            time.sleep(0.1)     # a window: holds however slow the machine
         release.set()
         wait_until(lambda: w.stats["ok"] == 20)
         r.stop()
@@ -213,12 +214,14 @@ def test_grace_period_hands_back_unfinished_jobs(dnode, wait_until):
     c = Client(dnode.addr)
     jid = c.add_job("q", "slow")
     release = threading.Event()
-    w = Worker(c, "q", lambda job: release.wait(10), grace_period=0.3)
+    w = Worker(c, "q", lambda job: release.wait(WAIT_TIMEOUT), grace_period=0.3)
     with Running(w) as r:
         wait_until(lambda: w.in_flight == 1)
         t0 = time.monotonic()
         r.stop()
-        assert time.monotonic() - t0 < 3
+        # Not waiting for the handler (blocked for WAIT_TIMEOUT): a bound far
+        # from both, which a loaded machine keeps.
+        assert time.monotonic() - t0 < WAIT_TIMEOUT / 2
     release.set()
     assert w.stats["handed_back"] == 1
     shown = c.show(jid)
@@ -229,14 +232,15 @@ def test_forced_stop_exits_at_once(dnode, wait_until):
     c = Client(dnode.addr)
     c.add_job("q", "stuck")
     release = threading.Event()
-    w = Worker(c, "q", lambda job: release.wait(10), grace_period=30)
+    w = Worker(c, "q", lambda job: release.wait(WAIT_TIMEOUT), grace_period=2 * WAIT_TIMEOUT)
     r = Running(w)
     wait_until(lambda: w.in_flight == 1)
     w.stop()
-    t0 = time.monotonic()
     w.stop(force=True)
-    r.thread.join(5)
-    assert not r.thread.is_alive() and time.monotonic() - t0 < 3 and w.forced
+    # At once: not after the handler (blocked for WAIT_TIMEOUT) nor the grace
+    # period (twice that); a bound far from both, which a loaded machine keeps.
+    r.thread.join(WAIT_TIMEOUT / 2)
+    assert not r.thread.is_alive() and w.forced
     release.set()
 
 
@@ -257,9 +261,10 @@ async def test_serve_with_async_client_and_metrics(dnode, wait_until):
 
         w = Worker(c, "mq", handler)
         task = asyncio.create_task(w.serve())
-        while w.stats["ok"] < 10:
-            await asyncio.sleep(0.01)
+        async with asyncio.timeout(WAIT_TIMEOUT):
+            while w.stats["ok"] < 10:
+                await asyncio.sleep(0.01)
         w.stop()
-        await asyncio.wait_for(task, 10)
+        await asyncio.wait_for(task, WAIT_TIMEOUT)
         assert await c.qlen("mq") == 0
     assert sample("ok") - before_ok == 10 and sample("failed") - before_failed == 1

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from protocol import bus as B
-from tests.harness import HOST, NodeProcess, in_ci
+from tests.harness import HOST, WAIT_TIMEOUT, NodeProcess, encode_command, in_ci, resp_frame_end
 from tests.security.certs import CA
 
 
@@ -59,10 +59,8 @@ def client_context(pki: PKI, cert=None, ca: CA | None = None, **versions: Any) -
 
 
 def tls_call(port: int, ctx: ssl.SSLContext, *args: Any, host: str = HOST,
-             timeout: float = 5.0) -> bytes:
+             timeout: float = WAIT_TIMEOUT) -> bytes:
     """One command over a fresh TLS connection; its raw reply line(s)."""
-    from tests.harness import encode_command, resp_frame_end
-
     with socket.create_connection((host, port), timeout=timeout) as raw, \
             ctx.wrap_socket(raw, server_hostname=host) as s:
         s.sendall(encode_command(*args))
@@ -148,7 +146,7 @@ class RawBus:
     """A TCP connection to a node's bus port that speaks the frames of
     protocol/bus.py by hand: ``sent`` keeps every byte written (to replay)."""
 
-    def __init__(self, port: int, host: str = HOST, timeout: float = 5.0) -> None:
+    def __init__(self, port: int, host: str = HOST, timeout: float = WAIT_TIMEOUT) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sent = b""
         self.reader = B.FrameReader()
@@ -204,7 +202,7 @@ class RawBus:
         self.reader.authenticate(to_dialer)
         return accept
 
-    def is_closed(self, timeout: float = 5.0) -> bool:
+    def is_closed(self, timeout: float = WAIT_TIMEOUT) -> bool:
         """True once the node closes the connection (what it sends meanwhile is
         read and dropped)."""
         deadline = time.monotonic() + timeout
@@ -252,7 +250,7 @@ class Relay:
             except OSError:
                 return
             try:
-                up = socket.create_connection(self.target, timeout=5)
+                up = socket.create_connection(self.target, timeout=WAIT_TIMEOUT)
             except OSError:
                 down.close()
                 continue

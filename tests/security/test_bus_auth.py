@@ -68,7 +68,7 @@ def test_a_node_without_the_secret_can_neither_meet_nor_be_met(node_factory, str
     c = node_factory(cluster_node_timeout=TIMEOUT, **extra)
     assert call(c, "CLUSTER", "MEET", a.host, a.port) == b"OK"
     assert call(a, "CLUSTER", "MEET", c.host, c.port) == b"OK"
-    wait_until(lambda: log_has(a, "Bus authentication failed"), timeout=10,
+    wait_until(lambda: log_has(a, "Bus authentication failed"),
                message=lambda: a.log_tail())
     if stranger == "no secret":
         wait_until(lambda: log_has(c, "authenticates its bus links (cluster-auth-pass) "
@@ -78,7 +78,7 @@ def test_a_node_without_the_secret_can_neither_meet_nor_be_met(node_factory, str
                    message=lambda: c.log_tail())
     # Neither learns the other: not now, nor once the handshakes gave up.
     assert real_nodes(a) == real_nodes(c) == 1
-    wait_until(lambda: "handshake" not in nodes_text(a) + nodes_text(c), timeout=10)
+    wait_until(lambda: "handshake" not in nodes_text(a) + nodes_text(c))
     assert real_nodes(a) == real_nodes(c) == 1
     assert len(nodes_text(a).splitlines()) == 1
 
@@ -158,13 +158,13 @@ def test_recorded_traffic_replayed_on_another_link_or_in_the_same_one_is_refused
 
         # 2. The REPLJOB frame again inside the live link: its number is old.
         relay.inject(0, repljob)
-        wait_until(lambda: log_has(b, "fails its authentication tag"), timeout=10,
+        wait_until(lambda: log_has(b, "fails its authentication tag"),
                    message=lambda: b.log_tail())
         assert call(b, "SHOW", jid) is None
         assert call(b, "JSCAN", "BUSYLOOP")[1] == []
         # a reconnects (through the relay again) and the cluster works on.
-        wait_until(lambda: len(relay.streams) >= 2, timeout=10)
-        wait_until(lambda: cluster_info(a)["cluster_reachable_nodes"] == "1", timeout=10)
+        wait_until(lambda: len(relay.streams) >= 2)
+        wait_until(lambda: cluster_info(a)["cluster_reachable_nodes"] == "1")
         jid2 = addjob(a, 2)
         assert call(b, "SHOW", jid2)[1] == jid2
         assert b_myid in nodes_text(a)
@@ -191,13 +191,13 @@ def test_rotating_the_secret_with_config_set(node_factory):
     for n in (a, b):
         assert call(n, "CONFIG", "SET", "cluster-auth-pass-previous", "") == b"OK"
     wait_until(lambda: log_has(c, "the peer proved no cluster-auth-pass of this node")
-               or log_has(a, "the peer proved no cluster-auth-pass of this node"), timeout=10)
+               or log_has(a, "the peer proved no cluster-auth-pass of this node"))
     wait_until(lambda: reachable(a) == reachable(b) == "1" and reachable(c) == "0",
-               timeout=15, message=lambda: f"{cluster_info(a)} {cluster_info(c)}")
+               message=lambda: f"{cluster_info(a)} {cluster_info(c)}")
     assert call(a, "SHOW", addjob(a, 2))[7] == 2
     # ... until it takes the new secret too.
     assert call(c, "CONFIG", "SET", "cluster-auth-pass", "new") == b"OK"
-    wait_until(lambda: all(reachable(n) == "2" for n in nodes), timeout=15)
+    wait_until(lambda: all(reachable(n) == "2" for n in nodes))
     assert call(c, "SHOW", addjob(c, 3))[7] == 3
 
 
@@ -209,7 +209,7 @@ def test_authentication_turned_on_at_run_time(node_factory):
     # handshake is now refused, and the two nodes still replicate.
     raw = RawBus(a.bus_port)
     assert raw.read_auth().kind == B.AUTH_HELLO
-    wait_until(lambda: cluster_info(a)["cluster_reachable_nodes"] == "1", timeout=10)
+    wait_until(lambda: cluster_info(a)["cluster_reachable_nodes"] == "1")
     jid = addjob(a, 2)
     assert call(b, "SHOW", jid)[1] == jid
     raw.close()

@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from server.resp import DENIED
-from tests.harness import RawConn, encode_command, free_port, resp_frame_end
+from tests.harness import WAIT_TIMEOUT, RawConn, encode_command, free_port, resp_frame_end
 from tests.security.security_kit import client_context, non_loopback_ipv4, tls_call
 
 REDIS_DENIED = (
@@ -32,7 +32,7 @@ REDIS_DENIED = (
 def from_outside(ip: str, port: int, *args) -> bytes:
     """One command from a socket bound to ``ip`` (not loopback): its reply, and
     b"<closed>" appended if the node closed the connection after it."""
-    with socket.create_connection((ip, port), timeout=5, source_address=(ip, 0)) as s:
+    with socket.create_connection((ip, port), timeout=WAIT_TIMEOUT, source_address=(ip, 0)) as s:
         assert not s.getsockname()[0].startswith("127.")
         s.sendall(encode_command(*args))
         buf = b""
@@ -82,7 +82,8 @@ def test_protected_mode_covers_the_tls_port(node_factory, pki):
     tls_port = free_port()
     n = node_factory(*pki.node_args(), bind=["127.0.0.1", ip], tls_port=tls_port)
     ctx = client_context(pki, pki.client)
-    with socket.create_connection((ip, tls_port), timeout=5, source_address=(ip, 0)) as raw, \
+    with socket.create_connection((ip, tls_port), timeout=WAIT_TIMEOUT,
+                                  source_address=(ip, 0)) as raw, \
             ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
         s.sendall(encode_command("PING"))
         buf = b""

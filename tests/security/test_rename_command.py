@@ -60,7 +60,6 @@ def test_renamed_and_removed_commands(tmp_path):
 ])
 def test_a_bad_rename_stops_the_node_with_redis_message(tmp_path, conf, reason):
     n = start(tmp_path, conf)
-    n.start_timeout = 5
     with pytest.raises(NodeStartError, match="exited with code 1"):
         n.start()
     log = n.log()

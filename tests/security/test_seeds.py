@@ -43,7 +43,7 @@ def test_three_nodes_with_the_same_seeds_form_one_cluster(node_factory):
     seeds = ",".join([f"localhost:{ports[0]}", f"127.0.0.1:{ports[1]}",
                       f"127.0.0.1:{ports[2]}", "no-such-node.invalid:7711"])
     nodes = start_seeded(node_factory, ports, seeds, cluster_node_timeout=TIMEOUT)
-    wait_until(lambda: all(reachable(n) == "2" for n in nodes), timeout=20,
+    wait_until(lambda: all(reachable(n) == "2" for n in nodes),
                message=lambda: [cluster_info(n) for n in nodes])
     assert all(known(n) == "3" for n in nodes)
     c = nodes[2].client()
@@ -57,17 +57,17 @@ def test_a_node_alone_again_meets_its_seeds_again(node_factory):
     ports = [free_port() for _ in range(2)]
     seeds = ",".join(f"127.0.0.1:{p}" for p in ports)
     a, b = start_seeded(node_factory, ports, seeds, cluster_node_timeout=TIMEOUT)
-    wait_until(lambda: reachable(a) == reachable(b) == "1", timeout=20)
+    wait_until(lambda: reachable(a) == reachable(b) == "1")
     # CLUSTER RESET leaves a alone: it finds b again through its seeds.
     assert a.client().execute_command("CLUSTER", "RESET", "SOFT") == b"OK"
-    wait_until(lambda: reachable(a) == "1" and known(a) == "2", timeout=20,
+    wait_until(lambda: reachable(a) == "1" and known(a) == "2",
                message=lambda: cluster_info(a))
 
 
 def test_seeds_set_at_run_time(node_factory):
     a, b = node_factory(cluster_node_timeout=TIMEOUT), node_factory(cluster_node_timeout=TIMEOUT)
     assert a.client().config_set("cluster-seeds", f"127.0.0.1:{b.port}")
-    wait_until(lambda: reachable(a) == reachable(b) == "1", timeout=20)
+    wait_until(lambda: reachable(a) == reachable(b) == "1")
     with pytest.raises(redis.ResponseError, match="invalid seed 'nope'"):
         a.client().config_set("cluster-seeds", "nope")
     with pytest.raises(redis.ResponseError, match="port out of range"):
@@ -82,7 +82,7 @@ def test_nodes_restarted_at_new_addresses_find_each_other_again(node_factory):
     ports = [free_port() for _ in range(2)]
     nodes = start_seeded(node_factory, ports, ",".join(f"127.0.0.1:{p}" for p in ports),
                          cluster_node_timeout=TIMEOUT)
-    wait_until(lambda: all(reachable(n) == "1" for n in nodes), timeout=20)
+    wait_until(lambda: all(reachable(n) == "1" for n in nodes))
     ids = [myid(n) for n in nodes]
     for n in nodes:
         n.terminate()
@@ -91,7 +91,7 @@ def test_nodes_restarted_at_new_addresses_find_each_other_again(node_factory):
         n.args += ["--bind", "127.0.0.2", "--cluster-seeds", new_seeds]
         n.host = "127.0.0.2"
         n.start()
-    wait_until(lambda: all(reachable(n) == "1" for n in nodes), timeout=20,
+    wait_until(lambda: all(reachable(n) == "1" for n in nodes),
                message=lambda: [nodes_lines(n) for n in nodes])
     assert [myid(n) for n in nodes] == ids
     assert all(known(n) == "2" for n in nodes)

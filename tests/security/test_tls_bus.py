@@ -7,7 +7,7 @@ import ssl
 
 import pytest
 
-from tests.harness import RawConn, cluster_info, join, wait_until
+from tests.harness import WAIT_TIMEOUT, RawConn, cluster_info, join, wait_until
 from tests.security.security_kit import client_context
 
 TIMEOUT = 1000
@@ -39,7 +39,7 @@ def test_tls_cluster_joins_replicates_and_refuses_outsiders(node_factory, pki, t
         ctx = client_context(pki, cert)
         ctx.check_hostname = False
         with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
-            with socket.create_connection((a.host, a.bus_port), timeout=5) as raw, \
+            with socket.create_connection((a.host, a.bus_port), timeout=WAIT_TIMEOUT) as raw, \
                     ctx.wrap_socket(raw) as s:
                 s.sendall(b"\x00\x00\x00\x05hello")
                 if not s.recv(1):
@@ -53,9 +53,9 @@ def test_tls_cluster_joins_replicates_and_refuses_outsiders(node_factory, pki, t
     for n in (wrong_ca, plain):
         assert call(n, "CLUSTER", "MEET", a.host, a.port) == b"OK"
         assert call(a, "CLUSTER", "MEET", n.host, n.port) == b"OK"
-    wait_until(lambda: "Bus TLS" in wrong_ca.log() or "Bus TLS" in a.log(), timeout=10,
+    wait_until(lambda: "Bus TLS" in wrong_ca.log() or "Bus TLS" in a.log(),
                message=lambda: wrong_ca.log_tail() + a.log_tail())
-    wait_until(lambda: "handshake" not in call(a, "CLUSTER", "NODES").decode(), timeout=10)
+    wait_until(lambda: "handshake" not in call(a, "CLUSTER", "NODES").decode())
     assert known(a) == "3" and known(wrong_ca) == "1" and known(plain) == "1"
     assert call(a, "SHOW", call(a, "ADDJOB", "q", "x", 5000, "REPLICATE", 3))[7] == 3
 
@@ -71,15 +71,15 @@ def test_tls_and_authentication_together_and_new_certificates(node_factory, pki)
                 "tls-key-file", str(fresh.key)) == b"OK"
     ctx = client_context(pki, pki.client)
     ctx.check_hostname = False
-    with socket.create_connection((a.host, a.bus_port), timeout=5) as raw, \
+    with socket.create_connection((a.host, a.bus_port), timeout=WAIT_TIMEOUT) as raw, \
             ctx.wrap_socket(raw) as s:
         assert dict(x[0] for x in s.getpeercert()["subject"])["commonName"] == "fresh"
     assert call(b, "SHOW", call(a, "ADDJOB", "q", "y", 5000, "REPLICATE", 2))[7] == 2
     # Turning TLS off on one side re-opens its links in plaintext: the other
     # side refuses them until it does the same.
     assert call(a, "CONFIG", "SET", "tls-cluster", "no") == b"OK"
-    wait_until(lambda: cluster_info(a)["cluster_reachable_nodes"] == "0", timeout=15)
+    wait_until(lambda: cluster_info(a)["cluster_reachable_nodes"] == "0")
     assert call(b, "CONFIG", "SET", "tls-cluster", "no") == b"OK"
     wait_until(lambda: cluster_info(a)["cluster_reachable_nodes"] == "1"
-               and cluster_info(b)["cluster_reachable_nodes"] == "1", timeout=15)
+               and cluster_info(b)["cluster_reachable_nodes"] == "1")
     assert call(b, "SHOW", call(a, "ADDJOB", "q", "z", 5000, "REPLICATE", 2))[7] == 2

@@ -11,7 +11,7 @@ import threading
 import pytest
 import redis
 
-from tests.harness import RawConn, free_port, wait_until
+from tests.harness import NODE_WAIT_MS, WAIT_TIMEOUT, RawConn, free_port, wait_until
 from tests.security.security_kit import client_context, tls_call
 
 OK = b"+OK\r\n"
@@ -71,7 +71,7 @@ def test_client_certificates_follow_tls_auth_clients(tls_node, pki):
     assert held.config_set("tls-auth-clients", "no")
     assert tls_call(n.port, no_cert, "PING") == PONG
     plain_redis_py = redis.Redis(port=n.port, ssl=True, ssl_ca_certs=str(pki.ca.cert_file),
-                                 socket_timeout=5)
+                                 socket_timeout=WAIT_TIMEOUT)
     assert plain_redis_py.ping()
     plain_redis_py.close()
     assert held.ping()
@@ -203,7 +203,7 @@ def test_bad_handshakes_close_only_their_connection(tls_node, pki):
     waiter = n.client()
     got = []
     t = threading.Thread(target=lambda: got.append(
-        waiter.execute_command("GETJOB", "TIMEOUT", 20000, "FROM", "later")))
+        waiter.execute_command("GETJOB", "TIMEOUT", NODE_WAIT_MS, "FROM", "later")))
     t.start()
     wait_until(lambda: b"blocked_clients:1" in tls_call(
         n.port, client_context(pki, pki.client), "INFO", "clients"))
@@ -213,12 +213,12 @@ def test_bad_handshakes_close_only_their_connection(tls_node, pki):
     for data in garbage:
         with RawConn(n.host, n.port) as r:
             r.send(data)
-            assert r.is_closed(5)
+            assert r.is_closed()
     with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
         tls_call(n.port, client_context(pki, None), "PING")        # no certificate
     # The blocked client is still there and gets its job.
     n.client().execute_command("ADDJOB", "later", "you waited", 0)
-    t.join(10)
+    t.join(WAIT_TIMEOUT)
     assert got and got[0][0][2] == b"you waited"
 
 

@@ -116,7 +116,7 @@ def test_batch_read_drains_up_to_max_jobs(spark, cluster):
     left = {**queued(cluster, "a"), **queued(cluster, "b")}
     assert len(left) == 300 and not set(left) & {r.id for r in rows}
     # What was read is acked (the ack GC then deletes it everywhere).
-    wait_until(lambda: all_job_ids(cluster) == set(left), timeout=30, interval=0.2)
+    wait_until(lambda: all_job_ids(cluster) == set(left), interval=0.2)
 
 
 def test_batch_read_binary_bodies(spark, cluster):

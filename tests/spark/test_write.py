@@ -117,7 +117,7 @@ def test_task_retry_leaves_one_job_per_row(kind, spark, cluster, tmp_path):
                 for h, p in addrs:
                     ids.update(redis.Redis(h, p).execute_command("JSCAN", 0, "BUSYLOOP")[1])
                 return len(ids) >= 5200
-            wait_until(some_added, timeout=30)
+            wait_until(some_added)
             raise RuntimeError("forced failure of the first attempt")
         return body
 

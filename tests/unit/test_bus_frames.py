@@ -19,6 +19,7 @@ from protocol.bus import (
     BusMessage, BusProtocolError, FrameReader, GossipEntry, decode_body, encode_body,
     encode_frame,
 )
+from tests.harness import WAIT_TIMEOUT
 
 A = "a" * 40
 B = "0123456789abcdef0123456789abcdef01234567"
@@ -328,7 +329,7 @@ class BusDriver:
         self.node.link_down(node_id)
 
 
-async def wait_for(predicate, timeout=15.0):
+async def wait_for(predicate, timeout=WAIT_TIMEOUT):
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
