@@ -24,5 +24,6 @@ def test_rss_returns_near_its_start_once_the_jobs_are_acked(node, wait_until):
     while jobs := c.execute_command("GETJOB", "NOHANG", "COUNT", 500, "FROM", "q"):
         assert c.execute_command("ACKJOB", *[j[1] for j in jobs]) == len(jobs)
     assert c.execute_command("QLEN", "q") == 0
-    wait_until(lambda: rss(c) < start + 20 * MB, timeout=10,
+    # "Within seconds" on a quiet machine; the guard only tells "never" apart.
+    wait_until(lambda: rss(c) < start + 20 * MB,
                message=lambda: f"rss {rss(c) / MB:.0f} MB, {start / MB:.0f} MB at the start")

@@ -146,10 +146,12 @@ def test_retry_backoff_lets_retry_requeue(dnode, wait_until):
 
 @pytest.mark.parametrize("kind", ["def", "async def"])
 def test_working_keeps_long_job(kind, dnode, wait_until):
-    """A job running 3.5x its RETRY is not delivered again: the worker sends
+    """A job running 1.4x its RETRY is not delivered again: the worker sends
     WORKING for it (and the handler may call job.working() itself)."""
     c = Client(dnode.addr)
-    jid = c.add_job("q", "long", retry=1)
+    # WORKING goes out 0.3 s in, then every half RETRY: 2.5 s of margin a
+    # loaded machine cannot eat up (RETRY 1 left half a second).
+    jid = c.add_job("q", "long", retry=5)
     runs: list[int] = []
     own: list[int] = []
 
@@ -158,18 +160,18 @@ def test_working_keeps_long_job(kind, dnode, wait_until):
             runs.append(job.attempts)
             time.sleep(1.2)
             own.append(job.working())
-            time.sleep(2.3)
+            time.sleep(5.8)
     else:
         async def handler(job):
             runs.append(job.attempts)
             await asyncio.sleep(1.2)
             own.append(await job.working())
-            await asyncio.sleep(2.3)
+            await asyncio.sleep(5.8)
 
     w = Worker(c, "q", handler, concurrency=2, working_after=0.3)
     with Running(w):
         wait_until(lambda: w.stats["ok"] == 1)
-    assert runs == [1] and own == [1]
+    assert runs == [1] and own == [5]
     assert c.show(jid) is None
 
 
