@@ -17,9 +17,10 @@ _OPTIONS = {o: o for o in b"from nohang withcounters timeout count".split()}
 _OPTIONS.update({o.upper(): o for o in _OPTIONS})
 
 
-@command("getjob", -2)   # Disque's arity: "GETJOB FROM" is a syntax error
+# Disque's arity: "GETJOB FROM" is a syntax error.
+@command("getjob", -2,
+         doc="GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM queue [queue ...]")
 def getjob(node, client, argv):
-    """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM queue [queue ...]"""
     timeout = 0
     count = 1
     nohang = False

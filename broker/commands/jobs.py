@@ -20,9 +20,10 @@ ERR_DELAY = "ERR DELAY time must be a non negative number"
 ERR_MAXLEN = "ERR MAXLEN must be a positive number"
 
 
-@command("addjob", -4, F_DENYOOM | F_WRITE)
+@command("addjob", -4, F_DENYOOM | F_WRITE,
+         doc="ADDJOB queue job ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] "
+             "[MAXLEN n] [ASYNC]")
 def addjob(node, client, argv):
-    """ADDJOB queue job ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] [ASYNC]"""
     replicate = 0
     delay = 0
     retry = -1
@@ -109,9 +110,9 @@ def addjob(node, client, argv):
     return Status(job.id.decode())
 
 
-@command("show", 2, F_FAST)
+@command("show", 2, F_FAST,
+         doc="SHOW job-id")
 def show(node, client, argv):
-    """SHOW job-id"""
     jid = argv[1]
     if not valid_job_id(jid):
         return Error(BADID)
@@ -157,9 +158,9 @@ def show_fields(node, job, now: int) -> list:
     ]
 
 
-@command("deljob", -1, F_WRITE | F_FAST)
+@command("deljob", -1, F_WRITE | F_FAST,
+         doc="DELJOB [job-id ...]: evict jobs from this node only.")
 def deljob(node, client, argv):
-    """DELJOB [job-id ...]: evict jobs from this node only."""
     evicted = 0
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)
@@ -169,7 +170,7 @@ def deljob(node, client, argv):
     return evicted
 
 
-@command("loadjob", 2, F_WRITE)
+@command("loadjob", 2, F_WRITE,
+         doc="LOADJOB serialized-job: only in the AOF (as Disque, which logs jobs this way).")
 def loadjob(node, client, argv):
-    """LOADJOB serialized-job: only in the AOF (as Disque, which logs jobs this way)."""
     return Error("ERR LOADJOB is a special command only processed from AOF")

@@ -10,9 +10,9 @@ from broker.job import ACKED, BADID, QUEUED, valid_job_id
 from protocol.resp import Error
 
 
-@command("ackjob", -1, F_WRITE | F_FAST)
+@command("ackjob", -1, F_WRITE | F_FAST,
+         doc="ACKJOB [job-id ...]: the jobs were processed; start the ack GC.")
 def ackjob(node, client, argv):
-    """ACKJOB [job-id ...]: the jobs were processed; start the ack GC."""
     known = 0
     now = node.clock()
     cluster = node.cluster
@@ -34,9 +34,9 @@ def ackjob(node, client, argv):
     return known
 
 
-@command("fastack", -1, F_WRITE | F_FAST)
+@command("fastack", -1, F_WRITE | F_FAST,
+         doc="FASTACK [job-id ...]: delete here and tell the others, best effort.")
 def fastack(node, client, argv):
-    """FASTACK [job-id ...]: delete here and tell the others, best effort."""
     deleted = 0
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)
@@ -58,21 +58,21 @@ def _requeue(node, argv, nack: bool) -> int:
     return changed
 
 
-@command("nack", -1, F_DENYOOM | F_WRITE | F_FAST)
+@command("nack", -1, F_DENYOOM | F_WRITE | F_FAST,
+         doc="NACK [job-id ...]: put the jobs back in their queues now, counting nacks.")
 def nack(node, client, argv):
-    """NACK [job-id ...]: put the jobs back in their queues now, counting nacks."""
     return _requeue(node, argv, nack=True)
 
 
-@command("enqueue", -1, F_DENYOOM | F_WRITE | F_FAST)
+@command("enqueue", -1, F_DENYOOM | F_WRITE | F_FAST,
+         doc="ENQUEUE [job-id ...]: queue jobs that are not queued (not acked ones).")
 def enqueue(node, client, argv):
-    """ENQUEUE [job-id ...]: queue jobs that are not queued (not acked ones)."""
     return _requeue(node, argv, nack=False)
 
 
-@command("dequeue", -1, F_WRITE | F_FAST)
+@command("dequeue", -1, F_WRITE | F_FAST,
+         doc="DEQUEUE [job-id ...]: take jobs out of their queues, keeping them.")
 def dequeue(node, client, argv):
-    """DEQUEUE [job-id ...]: take jobs out of their queues, keeping them."""
     changed = 0
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)
@@ -83,9 +83,9 @@ def dequeue(node, client, argv):
     return changed
 
 
-@command("working", 2, F_FAST)
+@command("working", 2, F_FAST,
+         doc="WORKING job-id: still processing; postpone the next requeue by RETRY seconds.")
 def working(node, client, argv):
-    """WORKING job-id: still processing; postpone the next requeue by RETRY seconds."""
     jid = argv[1]
     if not valid_job_id(jid):
         return Error(BADID)
