@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from broker import lifecycle
 from broker.commands.args import parse_job_ids
+from broker.client import Client
 from broker.commands.table import command
 from broker.dispatch import F_DENYOOM, F_FAST, F_WRITE
 from broker.job import ACKED, BADID, QUEUED, valid_job_id
+from broker.node import Node
 from protocol.resp import Error
 
 
 @command("ackjob", -1, F_WRITE | F_FAST,
          doc="ACKJOB [job-id ...]: the jobs were processed; start the ack GC.")
-def ackjob(node, client, argv):
+def ackjob(node: Node, client: Client, argv: list):
     known = 0
     now = node.clock()
     cluster = node.cluster
@@ -36,7 +38,7 @@ def ackjob(node, client, argv):
 
 @command("fastack", -1, F_WRITE | F_FAST,
          doc="FASTACK [job-id ...]: delete here and tell the others, best effort.")
-def fastack(node, client, argv):
+def fastack(node: Node, client: Client, argv: list):
     deleted = 0
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)
@@ -48,7 +50,7 @@ def fastack(node, client, argv):
     return deleted
 
 
-def _requeue(node, argv, nack: bool) -> int:
+def _requeue(node: Node, argv, nack: bool) -> int:
     changed = 0
     now = node.clock()
     for jid in parse_job_ids(node, argv):
@@ -60,19 +62,19 @@ def _requeue(node, argv, nack: bool) -> int:
 
 @command("nack", -1, F_DENYOOM | F_WRITE | F_FAST,
          doc="NACK [job-id ...]: put the jobs back in their queues now, counting nacks.")
-def nack(node, client, argv):
+def nack(node: Node, client: Client, argv: list):
     return _requeue(node, argv, nack=True)
 
 
 @command("enqueue", -1, F_DENYOOM | F_WRITE | F_FAST,
          doc="ENQUEUE [job-id ...]: queue jobs that are not queued (not acked ones).")
-def enqueue(node, client, argv):
+def enqueue(node: Node, client: Client, argv: list):
     return _requeue(node, argv, nack=False)
 
 
 @command("dequeue", -1, F_WRITE | F_FAST,
          doc="DEQUEUE [job-id ...]: take jobs out of their queues, keeping them.")
-def dequeue(node, client, argv):
+def dequeue(node: Node, client: Client, argv: list):
     changed = 0
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)
@@ -85,7 +87,7 @@ def dequeue(node, client, argv):
 
 @command("working", 2, F_FAST,
          doc="WORKING job-id: still processing; postpone the next requeue by RETRY seconds.")
-def working(node, client, argv):
+def working(node: Node, client: Client, argv: list):
     jid = argv[1]
     if not valid_job_id(jid):
         return Error(BADID)
