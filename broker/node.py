@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
 from heapq import heappop, heappush
+from typing import Any
 
 from mypy_extensions import mypyc_attr
 

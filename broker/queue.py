@@ -123,7 +123,8 @@ class JobList:
         dead = self._dead
         if not dead:
             return self._run
-        return filterfalse(dead.__contains__, self._run)   # lazy, as a generator
+        # Lazy (mypyc would make a generator expression a list).
+        return filterfalse(dead.__contains__, self._run)
 
     def __iter__(self):
         """Live jobs, oldest first."""
