@@ -60,8 +60,10 @@ venv: $(VENV)/.installed
 # editable_mode=compat puts the checkout itself on sys.path (a .pth file), so
 # top-level modules are visible to pkgutil: PySpark finds the `disquette` data
 # source (pyspark_disquette.py) by listing them.
-# setup.py compiles the extensions (Cython) in place: a changed source rebuilds them.
-EXT_SOURCES := setup.py $(wildcard protocol/*.pyx protocol/*.pxd broker/*.pxd broker/commands/*.pxd cluster/*.pxd)
+# setup.py compiles the extensions in place (Cython: the request reader; mypyc:
+# the core modules it lists, typed against the modules they import): a changed
+# source rebuilds them.
+EXT_SOURCES := setup.py $(wildcard protocol/*.pyx protocol/*.pxd protocol/*.py broker/*.py broker/commands/*.py)
 
 $(VENV)/.installed: pyproject.toml $(EXT_SOURCES) | deps-build
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -163,6 +165,7 @@ chaos: test-venv
 clean:
 	rm -rf $(RUN_DIR) chaos-runs .pytest_cache .hypothesis build dist *.egg-info
 	find protocol broker cluster \( -name '*.so' -o -name '*.c' \) -delete
+	rm -f *__mypyc.*.so
 	find . -path ./$(VENV) -prune -o -path ./$(PD_VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean

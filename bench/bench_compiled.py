@@ -7,15 +7,13 @@ one run (issue 17). Nothing here is what ships; it is how we decided.
 
 Variants, each a copy of this checkout's files in a temporary directory:
 
-  python   the modules as they are (what runs in production)
+  python   the modules as they are (the pure build)
   cython   every module on the request path (protocol/, broker/, cluster/ but the
            simulator, server/resp.py, driver.py, bus.py) compiled by Cython 3 from
            the unchanged .py files, annotations not used for typing (so a loose
            annotation cannot change behaviour)
-  mypyc    protocol/resp.py (RESP reader and encoder) compiled by mypyc; mypyc
-           needs four edits, applied to the copy only (its reply types subclass
-           builtins, so they stay Python classes, and the NULL_ARRAY singleton is
-           made once instead of in __new__)
+  mypyc    the build that ships (setup.py, `make venv`): the hot core compiled by
+           mypyc, and the request reader by Cython
 
 For each variant one node; ``redis-benchmark -c 50`` sends PING, ``ADDJOB q
 <100 B> 0`` and ``GETJOB NOHANG FROM q``, the variants taking turns in rounds that
@@ -66,18 +64,6 @@ EDITS = {
     # Cython iterates a bytes literal as 1-byte bytes, CPython as ints.
     "cython": [("broker/job.py", 'in enumerate(b"ABCDEFGHIJ', 'in enumerate(list(b"ABCDEFGHIJ'),
                ("broker/job.py", '0123456789+/"):', '0123456789+/")):')],
-    "mypyc": [
-        ("protocol/resp.py", "from typing import Any, Callable\n",
-         "from typing import Any, Callable\n\nfrom mypy_extensions import mypyc_attr\n"),
-        ("protocol/resp.py", "    hiredis = None\n",
-         "    hiredis = None  # type: ignore[assignment]\n"),
-        ("protocol/resp.py", '    namespace = {"fmt"', '    namespace: dict[str, Any] = {"fmt"'),
-        ("protocol/resp.py",
-         "    _instance = None\n\n    def __new__(cls):\n        if cls._instance is None:\n"
-         "            cls._instance = super().__new__(cls)\n        return cls._instance\n", ""),
-    ] + [("protocol/resp.py", f"\nclass {c}:", f"\n@mypyc_attr(native_class=False)\nclass {c}:")
-         for c in ("Status(str)", "Error(str)", "Map(dict)", "Verbatim(str)", "Push(list)",
-                   "_NullArray")],
 }
 
 def log(msg: str) -> None:
@@ -111,7 +97,7 @@ def build(variant: str, dest: Path) -> None:
         run([sys.executable, "setup_cython.py", "build_ext", "--inplace",
              "-j", str(os.cpu_count() or 1)], dest)
     elif variant == "mypyc":
-        run([sys.executable, "-m", "mypyc", "protocol/resp.py"], dest)
+        run([sys.executable, "setup.py", "build_ext", "--inplace"], dest)
     built = sorted(str(p.relative_to(dest)) for p in dest.rglob("*.so")
                    if p.relative_to(dest).parts[0] != "build")
     if variant != "python" and not built:

@@ -6,6 +6,7 @@ The asyncio shell keeps its transport in ``conn``; the core never touches it.
 from __future__ import annotations
 
 from itertools import count
+from typing import Any
 
 _ids = count(1)
 
@@ -34,9 +35,9 @@ class Client:
         self.lib_ver = b""
         self.closing = False        # QUIT / CLIENT KILL: close once replies are flushed
         self.monitor = False
-        self.conn = None
+        self.conn: Any = None
         # GETJOB blocking state: the queues (list of Queue) or None.
-        self.blocked_on = None
+        self.blocked_on: Any = None
         self.block_deadline = 0     # ms, 0 = forever
         self.block_count = 1
         self.block_withcounters = False

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from binascii import b2a_base64
 
+from mypy_extensions import mypyc_attr
+
 # Job states, in SPEC order. The index is what SHOW and JSCAN print.
 WAIT_REPL = 0
 ACTIVE = 1
@@ -104,6 +106,7 @@ def node_prefix_of(jid: bytes) -> bytes:
     return jid[2:10]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)   # tests watch one through a weakref
 class Job:
     """One job. __slots__ because a node may hold millions of them."""
 
@@ -129,14 +132,14 @@ class Job:
         self.additional_deliveries = 0
         # Node ids (str) that may hold a copy / that confirmed they hold one.
         # None on a lone node's job saves ~200 bytes a job: it means "just me".
-        self.nodes_delivered = None
-        self.nodes_confirmed = None
+        self.nodes_delivered: set[str] | None = None
+        self.nodes_confirmed: set[str] | None = None
         # Only broker/lifecycle.py assigns state and these times.
         self.requeue_time = 0       # next (re)queue time, ms (DELAY or RETRY); 0 = none
         self.gc_time = 0            # acked: next ack GC attempt, ms
         self.gc_retry = 0           # ack GC attempts so far (backoff exponent)
         # The timer-wheel chunk holding it and its index there (broker/timers.py).
-        self.timer = None
+        self.timer: list | None = None
         self.timer_slot = 0
 
     @property

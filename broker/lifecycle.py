@@ -22,12 +22,17 @@ input leave.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from broker.job import (
     ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_DUMMY_ACK, FLAG_QUEUED_ONCE,
     JOB_OVERHEAD, QUEUED, WAIT_REPL, Job, job_from_fields, job_shard, make_job_id,
 )
 from broker.queue import PAUSED_IN, PAUSED_OUT, Queue
 from broker.records import REC_ACK, REC_DEL, REC_DELIVERED, REC_FLUSHALL
+
+if TYPE_CHECKING:   # for the types only: the Node calls this module
+    from broker.node import Node
 
 WILLQUEUE_ADVANCE_MS = 500      # SPEC section 8: WILLQUEUE 500 ms before requeue
 REQUEUE_JITTER_MS = 250         # SPEC section 5: +-250 ms
@@ -54,17 +59,17 @@ def wake_time(job: Job) -> int:
     return t
 
 
-def schedule(node, job: Job) -> None:
+def schedule(node: Node, job: Job) -> None:
     node.timers.add(job, wake_time(job))
 
 
-def jitter(node) -> int:
+def jitter(node: Node) -> int:
     """Uniform in [-250, 250] ms (as randint, at a third of its cost)."""
     return int(node.rng.random() * (2 * REQUEUE_JITTER_MS + 1)) - REQUEUE_JITTER_MS
 
 
 # ------------------------------------------------------------------ registry
-def _register(node, job: Job) -> None:
+def _register(node: Node, job: Job) -> None:
     jid = job.id
     shard = node.job_shards[job_shard(jid)]
     if jid not in shard:
@@ -74,12 +79,12 @@ def _register(node, job: Job) -> None:
     schedule(node, job)
 
 
-def _record_job(node, job: Job) -> None:
+def _record_job(node: Node, job: Job) -> None:
     if node.persist:
         node.records.append(job)
 
 
-def new_job(node, queue: bytes, body: bytes, repl: int, ttl: int, delay: int,
+def new_job(node: Node, queue: bytes, body: bytes, repl: int, ttl: int, delay: int,
             retry: int, now: int) -> Job:
     """A job created here (ADDJOB): its id, expire time, ctime and, with DELAY,
     the time it is first queued. Not registered yet (add / add_pending)."""
@@ -91,7 +96,7 @@ def new_job(node, queue: bytes, body: bytes, repl: int, ttl: int, delay: int,
     return job
 
 
-def add(node, job: Job, now: int) -> None:
+def add(node: Node, job: Job, now: int) -> None:
     """A new job whose only copy is here: live at once (logged, queued unless
     delayed)."""
     job.state = ACTIVE
@@ -101,14 +106,14 @@ def add(node, job: Job, now: int) -> None:
         queue(node, job, now)
 
 
-def add_pending(node, job: Job) -> None:
+def add_pending(node: Node, job: Job) -> None:
     """A new job waiting for its copies to be confirmed (sync replication): held
     here but not live, so not logged yet."""
     job.state = WAIT_REPL
     _register(node, job)
 
 
-def activate(node, job: Job, now: int) -> None:
+def activate(node: Node, job: Job, now: int) -> None:
     """A wait-repl job is live (its copies are confirmed, or ASYNC): log it and
     queue it unless delayed."""
     job.state = ACTIVE
@@ -128,7 +133,7 @@ def merge_counters(job: Job, nacks: int, additional_deliveries: int) -> None:
         job.additional_deliveries = additional_deliveries
 
 
-def adopt_replica(node, fields: list, now: int) -> Job:
+def adopt_replica(node: Node, fields: list, now: int) -> Job:
     """REPLJOB: hold a copy of a peer's job. A new copy is active, logged, and
     re-queued by its own timer only if the copy queued elsewhere is not acked in
     time (delay + retry from now, replication itself may take a while); an
@@ -161,7 +166,7 @@ def adopt_replica(node, fields: list, now: int) -> Job:
     return job
 
 
-def adopt_moved(node, fields: list, sender: str, now: int):
+def adopt_moved(node: Node, fields: list, sender: str, now: int):
     """YOURJOBS: a job moved here by federation, to be queued here (the caller
     queues it). None when our copy is acked. RETRY 0 jobs left the sender: we
     are their only holder."""
@@ -184,7 +189,7 @@ def adopt_moved(node, fields: list, sender: str, now: int):
     return job
 
 
-def add_dummy_ack(node, jid: bytes, ttl: int, now: int) -> Job:
+def add_dummy_ack(node: Node, jid: bytes, ttl: int, now: int) -> Job:
     """ACKJOB of an id never held here: an acked placeholder the cluster's ack GC
     spreads (SPEC section 8). Not logged: it holds nothing to lose."""
     job = Job(jid, b"", b"", ACKED, 0, now + ttl * 1000, node.new_ctime(now), 0, 0)
@@ -200,7 +205,7 @@ def can_queue(job: Job) -> bool:
     return job.state != QUEUED and not (job.retry == 0 and job.flags & FLAG_DELIVERED)
 
 
-def queue(node, job: Job, now: int) -> bool:
+def queue(node: Node, job: Job, now: int) -> bool:
     """Put a job in its queue (Disque's queueJob). False if it is already queued,
     or is an at-most-once job already delivered. The other holders hear of it
     (QUEUED, with the counters: count a requeue before calling this)."""
@@ -227,7 +232,7 @@ def queue(node, job: Job, now: int) -> bool:
     return True
 
 
-def dequeue(node, job: Job) -> bool:
+def dequeue(node: Node, job: Job) -> bool:
     """Take a queued job out of its queue; it stays here, active."""
     if job.state != QUEUED:
         return False
@@ -238,7 +243,7 @@ def dequeue(node, job: Job) -> bool:
     return True
 
 
-def enqueue_after_delay(node, job: Job, now: int) -> None:
+def enqueue_after_delay(node: Node, job: Job, now: int) -> None:
     """ENQUEUE from the originator of an externally replicated job: queue it
     now, or when its DELAY has elapsed."""
     awake = job.ctime // 1_000_000 + job.delay * 1000
@@ -249,7 +254,7 @@ def enqueue_after_delay(node, job: Job, now: int) -> None:
         queue(node, job, now)
 
 
-def requeue(node, job: Job, now: int, nack: bool) -> bool:
+def requeue(node: Node, job: Job, now: int, nack: bool) -> bool:
     """NACK (nacks + 1) or ENQUEUE of an active job. As Disque: queueing a job
     for the first time here (a DELAY job put in its queue early) is not an
     additional delivery; a NACK always counts; an at-most-once job is queued
@@ -269,7 +274,7 @@ def requeue(node, job: Job, now: int, nack: bool) -> bool:
     return True
 
 
-def deliver(node, q, now: int):
+def deliver(node: Node, q, now: int):
     """Take the oldest job of q for a client (Disque's queueFetchJob), or None."""
     job = q.jobs.popleft()
     if job is None:
@@ -287,7 +292,7 @@ def deliver(node, q, now: int):
     return job
 
 
-def take_for_peer(node, job: Job, receiver: str, now: int) -> None:
+def take_for_peer(node: Node, job: Job, receiver: str, now: int) -> None:
     """Federation moves a queued job to `receiver` (YOURJOBS): RETRY 0 jobs leave
     us; others stay here active, re-queued by us after retry if not acked."""
     job.state = ACTIVE
@@ -302,7 +307,7 @@ def take_for_peer(node, job: Job, receiver: str, now: int) -> None:
     schedule(node, job)
 
 
-def postpone(node, job: Job, now: int) -> None:
+def postpone(node: Node, job: Job, now: int) -> None:
     """Another holder queued it or a client works on it (QUEUED, WORKING from a
     peer): our requeue moves one retry period (with jitter) ahead."""
     if job.state == QUEUED:
@@ -313,7 +318,7 @@ def postpone(node, job: Job, now: int) -> None:
         schedule(node, job)
 
 
-def working(node, job: Job, now: int) -> None:
+def working(node: Node, job: Job, now: int) -> None:
     """WORKING: the client still processes the job; requeue retry seconds from
     now (the other holders are told directly, no WILLQUEUE)."""
     if job.state == QUEUED:
@@ -324,7 +329,7 @@ def working(node, job: Job, now: int) -> None:
 
 
 # ---------------------------------------------------------------------- acks
-def ack(node, job: Job, now: int, gc_in: int = 0) -> None:
+def ack(node: Node, job: Job, now: int, gc_in: int = 0) -> None:
     """The job was processed: acked until every holder knows (the cluster's ack
     GC, first attempt `gc_in` ms from now), then deleted."""
     if job.state == QUEUED:
@@ -339,7 +344,7 @@ def ack(node, job: Job, now: int, gc_in: int = 0) -> None:
         schedule(node, job)
 
 
-def gc_backoff(node, job: Job, now: int) -> None:
+def gc_backoff(node: Node, job: Job, now: int) -> None:
     """The ack GC did not finish: try again later (1 s doubling, capped near 3
     min, with jitter)."""
     backoff = min(GC_FIRST_MS << min(job.gc_retry, 20), GC_MAX_MS)
@@ -350,7 +355,7 @@ def gc_backoff(node, job: Job, now: int) -> None:
 
 
 # ------------------------------------------------------------------ deletion
-def delete(node, job: Job) -> None:
+def delete(node: Node, job: Job) -> None:
     """Forget a job here, whatever its state (ack GC, DELJOB, FASTACK, TTL,
     eviction, federation moving a RETRY 0 job)."""
     shard = node.job_shards[job_shard(job.id)]
@@ -368,12 +373,12 @@ def delete(node, job: Job) -> None:
         node.cluster.job_deleted(job)
 
 
-def expire(node, job: Job) -> None:
+def expire(node: Node, job: Job) -> None:
     node.stats["expired_jobs"] += 1
     delete(node, job)
 
 
-def flush_all(node, record: bool = True) -> None:
+def flush_all(node: Node, record: bool = True) -> None:
     """DEBUG FLUSHALL, CLUSTER RESET HARD: drop every job and queue (queues with
     blocked clients stay, empty)."""
     if node.cluster is not None:
@@ -391,7 +396,7 @@ def flush_all(node, record: bool = True) -> None:
 
 
 # -------------------------------------------------------------------- timers
-def process_due(node, job: Job, now: int) -> None:
+def process_due(node: Node, job: Job, now: int) -> None:
     """A job's timer fired (Disque's processJob): expire, (re)queue, announce the
     requeue (WILLQUEUE), or try the ack GC."""
     if job.etime <= now:
@@ -428,7 +433,7 @@ def process_due(node, job: Job, now: int) -> None:
 
 
 # ------------------------------------------------------------ the AOF loader
-def restore(node, jobs: list, recorded_requeue_times, now: int, plain: bool) -> int:
+def restore(node: Node, jobs: list, recorded_requeue_times, now: int, plain: bool) -> int:
     """Register jobs loaded from the AOF (SPEC section 7): they come back active
     (or acked when other holders must still learn the ack), re-queued by their
     timers: at the recorded requeue time while it is ahead, else now + retry;
@@ -485,7 +490,7 @@ def restore(node, jobs: list, recorded_requeue_times, now: int, plain: bool) -> 
     return expired
 
 
-def _unload(node, shard: dict, job: Job) -> None:
+def _unload(node: Node, shard: dict, job: Job) -> None:
     """Drop a loaded job again (a later record replaces or deletes it); nothing
     is queued while loading and nothing is logged back."""
     del shard[job.id]
@@ -494,7 +499,7 @@ def _unload(node, shard: dict, job: Job) -> None:
     node.timers.cancel(job)
 
 
-def restore_delete(node, jid: bytes) -> bool:
+def restore_delete(node: Node, jid: bytes) -> bool:
     shard = node.job_shards[job_shard(jid)]
     job = shard.get(jid)
     if job is None:
@@ -503,7 +508,7 @@ def restore_delete(node, jid: bytes) -> bool:
     return True
 
 
-def restore_ack(node, jid: bytes, now: int) -> bool:
+def restore_ack(node: Node, jid: bytes, now: int) -> bool:
     shard = node.job_shards[job_shard(jid)]
     job = shard.get(jid)
     if job is None or job.state == ACKED:
@@ -517,7 +522,7 @@ def restore_ack(node, jid: bytes, now: int) -> bool:
     return True
 
 
-def restore_delivered(node, jid: bytes) -> None:
+def restore_delivered(node: Node, jid: bytes) -> None:
     job = node.job_shards[job_shard(jid)].get(jid)
     if job is not None:
         job.flags |= FLAG_DELIVERED
@@ -525,7 +530,7 @@ def restore_delivered(node, jid: bytes) -> None:
             job.requeue_time = 0
 
 
-def restore_queued(node, jobs: list, now: int) -> None:
+def restore_queued(node: Node, jobs: list, now: int) -> None:
     """aof-enqueue-jobs-once: jobs recorded as queued go back in their queues."""
     for job in jobs:
         if job.state == ACTIVE and node.is_registered(job):

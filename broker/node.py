@@ -22,6 +22,9 @@ from __future__ import annotations
 import logging
 import sys
 from heapq import heappop, heappush
+from typing import Any
+
+from mypy_extensions import mypyc_attr
 
 from broker import lifecycle
 from broker.client import Client
@@ -56,6 +59,7 @@ RELEASE_MEMORY_DROP = 32 * 1024 * 1024
 LATENCY_SLOT0 = 2
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)   # server/host.py subclasses it
 class Host:
     """Effects and facts the core asks of whatever runs it (the process, or the
     simulator). The defaults do nothing, which is what a unit test wants;
@@ -133,7 +137,7 @@ class Node:
         self.persist = False
         self.records: list = []
         self.aof_error: str | None = None
-        self.cluster = None                 # cluster layer, see cluster/cluster.py
+        self.cluster: Any = None            # cluster layer, see cluster/cluster.py
         self._ctime_ms = 0
         self._ctime_seq = 0
         self._memo_time: dict = {}          # see shared_time
@@ -229,9 +233,9 @@ class Node:
             reply = cmd.handler(self, client, argv)
         except CommandError as e:
             reply = e.reply
-        except Exception as e:  # our bug, not the client's
-            self.internal_error(e, "command %r" % bytes(argv[0]))
-            reply = Error(f"ERR internal error: {e.__class__.__name__}: {e}")
+        except Exception as exc:  # our bug, not the client's (mypyc: one type a name)
+            self.internal_error(exc, "command %r" % bytes(argv[0]))
+            reply = Error(f"ERR internal error: {exc.__class__.__name__}: {exc}")
         ns = perf_ns() - start
         # cmdstats keeps nanoseconds (INFO shows usec): no division per command;
         # then a latency histogram in powers of two, one slot per bit length of

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from heapq import merge
-from itertools import islice
+from itertools import filterfalse, islice
 from operator import attrgetter
 
 from sortedcontainers import SortedKeyList
@@ -123,7 +123,8 @@ class JobList:
         dead = self._dead
         if not dead:
             return self._run
-        return (j for j in self._run if j not in dead)
+        # Lazy (mypyc would make a generator expression a list).
+        return filterfalse(dead.__contains__, self._run)
 
     def __iter__(self):
         """Live jobs, oldest first."""
@@ -136,7 +137,7 @@ class JobList:
         dead = self._dead
         run = reversed(self._run)
         if dead:
-            run = (j for j in run if j not in dead)
+            run = filterfalse(dead.__contains__, run)
         if self._sorted is None:
             return run
         return merge(reversed(self._sorted), run, key=_by_ctime, reverse=True)
@@ -162,7 +163,7 @@ class Queue:
         self.ctime = now            # creation time, ms
         self.atime = now            # last time a job went in or out, ms
         self.flags = 0              # PAUSED_IN / PAUSED_OUT
-        self.blocked = deque()      # clients blocked in GETJOB on this queue, FIFO
+        self.blocked: deque = deque()      # clients blocked in GETJOB on this queue, FIFO
         self.jobs_in = 0
         self.jobs_out = 0
         # Federation state (cluster/federation.py), kept here so it goes with the queue.
@@ -170,7 +171,7 @@ class Queue:
         self.needjobs_adhoc_time = 0
         self.needjobs_bcast_attempt = 0
         self.needjobs_adhoc_attempt = 0
-        self.needjobs_responders = None   # {node_id: last time it sent us jobs}
+        self.needjobs_responders: dict | None = None   # {node_id: last time it sent us jobs}
         self.current_import_jobs_time = now
         self.current_import_jobs_count = 0
         self.prev_import_jobs_time = now

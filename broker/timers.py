@@ -164,6 +164,7 @@ class TimerWheel:
         sweep = self._sweep
         buckets = self.buckets
         left = budget
+        chunks: list       # one type for mypyc (the bucket being compacted)
         while left > 0:
             cur = self._cur
             if cur is None:
@@ -171,10 +172,10 @@ class TimerWheel:
                     self._sweep = None
                     return
                 key = sweep.pop()
-                chunks = buckets.get(key)
-                if chunks is None:
+                got = buckets.get(key)
+                if got is None:
                     continue
-                cur = self._cur = [key, chunks, 0]
+                cur = self._cur = [key, got, 0]
             key, chunks, r = cur
             if buckets.get(key) is not chunks:      # fired meanwhile: nothing to do
                 self._cur = None

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from mypy_extensions import mypyc_attr
+
 from protocol.build import EXTENSIONS
 from protocol.request import (
     DEFAULT_MAX_BULK_LEN, DEFAULT_MAX_MULTIBULK_LEN, DEFAULT_MAX_QUERY_BUFFER, ProtocolError,
@@ -75,7 +77,7 @@ def _make_canonical(n: int) -> Callable[[list], bytes]:
     names = ", ".join(f"a{i}" for i in range(n))
     values = ", ".join(f"len(a{i}), a{i}" for i in range(n))
     src = f"def canonical(r, fmt=fmt, len=len):\n    {names}, = r\n    return fmt % ({values})\n"
-    namespace = {"fmt": b"*%d\r\n" % n + b"$%d\r\n%b\r\n" * n}
+    namespace: dict[str, Any] = {"fmt": b"*%d\r\n" % n + b"$%d\r\n%b\r\n" * n}
     exec(src, namespace)
     return namespace["canonical"]
 
@@ -84,30 +86,35 @@ _CANONICAL_MAX = 16
 _CANONICAL = {n: _make_canonical(n) for n in range(1, _CANONICAL_MAX + 1)}
 
 
+@mypyc_attr(native_class=False)   # mypyc: stays a Python class (a builtin's subclass)
 class Status(str):
     """A status reply: ``Status("OK")`` -> ``+OK``."""
 
     __slots__ = ()
 
 
+@mypyc_attr(native_class=False)   # mypyc: stays a Python class (a builtin's subclass)
 class Error(str):
     """An error reply, text without the ``-``: ``Error("ERR x")`` -> ``-ERR x``."""
 
     __slots__ = ()
 
 
+@mypyc_attr(native_class=False)   # mypyc: stays a Python class (a builtin's subclass)
 class Map(dict):
     """RESP3 map (``%``); under RESP2 a flat array k1 v1 k2 v2 ..."""
 
     __slots__ = ()
 
 
+@mypyc_attr(native_class=False)   # mypyc: stays a Python class (a builtin's subclass)
 class Verbatim(str):
     """RESP3 verbatim text (``=``, format ``txt``); under RESP2 a bulk string."""
 
     __slots__ = ()
 
 
+@mypyc_attr(native_class=False)   # mypyc: stays a Python class (a builtin's subclass)
 class Push(list):
     """RESP3 push (``>``); under RESP2 an array."""
 
@@ -129,16 +136,11 @@ class Raw:
         return f"Raw({self.data!r})"
 
 
+@mypyc_attr(native_class=False)   # mypyc: stays a Python class (its own __new__)
 class _NullArray:
     """Type of NULL_ARRAY: the null array, RESP2 ``*-1``, RESP3 ``_``."""
 
     __slots__ = ()
-    _instance = None
-
-    def __new__(cls):
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
 
     def __repr__(self) -> str:
         return "NULL_ARRAY"
@@ -147,7 +149,7 @@ class _NullArray:
         return "NULL_ARRAY"
 
 
-NULL_ARRAY = _NullArray()
+NULL_ARRAY = _NullArray()   # the only one (copies and pickles too: __reduce__)
 OK = Status("OK")
 PONG = Status("PONG")
 

@@ -7,6 +7,7 @@ import re
 
 from broker.dispatch import CommandError
 from broker.job import BADID, valid_job_id
+from broker.node import Node
 
 SYNTAX_ERROR = "ERR syntax error"
 
@@ -42,7 +43,7 @@ def parse_timeout_ms(arg: bytes) -> int:
     return n
 
 
-def parse_job_ids(node, argv: list, start: int = 1) -> list:
+def parse_job_ids(node: Node, argv: list, start: int = 1) -> list:
     """All ids are validated before anything runs (SPEC section 2)."""
     ids = argv[start:]
     for jid in ids:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from broker import lifecycle
 from broker.commands.args import SYNTAX_ERROR, parse_int, parse_timeout_ms
+from broker.client import Client
 from broker.commands.table import command
 from broker.dispatch import CommandError
-from broker.node import BLOCKED, job_reply
+from broker.node import BLOCKED, Node, job_reply
 from broker.queue import PAUSED_OUT
 from protocol.resp import NULL_ARRAY, Error
 
@@ -17,9 +18,10 @@ _OPTIONS = {o: o for o in b"from nohang withcounters timeout count".split()}
 _OPTIONS.update({o.upper(): o for o in _OPTIONS})
 
 
-@command("getjob", -2)   # Disque's arity: "GETJOB FROM" is a syntax error
-def getjob(node, client, argv):
-    """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM queue [queue ...]"""
+# Disque's arity: "GETJOB FROM" is a syntax error.
+@command("getjob", -2,
+         doc="GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM queue [queue ...]")
+def getjob(node: Node, client: Client, argv: list):
     timeout = 0
     count = 1
     nohang = False
@@ -68,7 +70,7 @@ def getjob(node, client, argv):
     if found:
         # Round robin over the queues, one job each per pass, until COUNT.
         now = node.clock()
-        jobs = []
+        jobs: list = []
         while found and len(jobs) < count:
             for q in found:
                 job = lifecycle.deliver(node, q, now)

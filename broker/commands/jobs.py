@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from broker import lifecycle
 from broker.commands.args import SYNTAX_ERROR, parse_int, parse_job_ids, parse_timeout_ms
+from broker.client import Client
 from broker.commands.table import command
 from broker.dispatch import F_DENYOOM, F_FAST, F_WRITE, CommandError
 from broker.job import (
     ACKED, BADID, DEFAULT_RETRY_MAX, DEFAULT_TTL, FLAG_DUMMY_ACK, WAIT_REPL, valid_job_id,
 )
 from broker.queue import PAUSED_IN
+from broker.node import Node
 from protocol.resp import Error, Status
 
 NOREPL_NODES = Error("NOREPL Not enough reachable nodes for the requested replication level")
@@ -20,9 +22,10 @@ ERR_DELAY = "ERR DELAY time must be a non negative number"
 ERR_MAXLEN = "ERR MAXLEN must be a positive number"
 
 
-@command("addjob", -4, F_DENYOOM | F_WRITE)
-def addjob(node, client, argv):
-    """ADDJOB queue job ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] [ASYNC]"""
+@command("addjob", -4, F_DENYOOM | F_WRITE,
+         doc="ADDJOB queue job ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] "
+             "[MAXLEN n] [ASYNC]")
+def addjob(node: Node, client: Client, argv: list):
     replicate = 0
     delay = 0
     retry = -1
@@ -109,9 +112,9 @@ def addjob(node, client, argv):
     return Status(job.id.decode())
 
 
-@command("show", 2, F_FAST)
-def show(node, client, argv):
-    """SHOW job-id"""
+@command("show", 2, F_FAST,
+         doc="SHOW job-id")
+def show(node: Node, client: Client, argv: list):
     jid = argv[1]
     if not valid_job_id(jid):
         return Error(BADID)
@@ -121,7 +124,7 @@ def show(node, client, argv):
     return show_fields(node, job, node.clock())
 
 
-def show_fields(node, job, now: int) -> list:
+def show_fields(node: Node, job, now: int) -> list:
     """SHOW's flat field/value array (also JSCAN REPLY all)."""
     me = node.myself_id.encode()
     if job.nodes_delivered:
@@ -157,9 +160,9 @@ def show_fields(node, job, now: int) -> list:
     ]
 
 
-@command("deljob", -1, F_WRITE | F_FAST)
-def deljob(node, client, argv):
-    """DELJOB [job-id ...]: evict jobs from this node only."""
+@command("deljob", -1, F_WRITE | F_FAST,
+         doc="DELJOB [job-id ...]: evict jobs from this node only.")
+def deljob(node: Node, client: Client, argv: list):
     evicted = 0
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)
@@ -169,7 +172,7 @@ def deljob(node, client, argv):
     return evicted
 
 
-@command("loadjob", 2, F_WRITE)
-def loadjob(node, client, argv):
-    """LOADJOB serialized-job: only in the AOF (as Disque, which logs jobs this way)."""
+@command("loadjob", 2, F_WRITE,
+         doc="LOADJOB serialized-job: only in the AOF (as Disque, which logs jobs this way).")
+def loadjob(node: Node, client: Client, argv: list):
     return Error("ERR LOADJOB is a special command only processed from AOF")

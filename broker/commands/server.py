@@ -17,7 +17,7 @@ from broker.config import ConfigError, format_memory
 from protocol import resp
 from protocol.resp import OK, Error, Map, Status, Verbatim
 
-# INFO compiled_core: whether the core runs compiled (Cython or mypyc build
+# INFO compiled_core: whether the core runs compiled (the mypyc build's
 # extension modules, .so), read from what was loaded, not declared.
 COMPILED_CORE = "yes" if any(m.__file__.endswith(tuple(EXTENSION_SUFFIXES))
                              for m in (job, resp)) else "no"

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from broker import lifecycle
 from broker.commands.args import parse_job_ids
+from broker.client import Client
 from broker.commands.table import command
 from broker.dispatch import F_DENYOOM, F_FAST, F_WRITE
 from broker.job import ACKED, BADID, QUEUED, valid_job_id
+from broker.node import Node
 from protocol.resp import Error
 
 
-@command("ackjob", -1, F_WRITE | F_FAST)
-def ackjob(node, client, argv):
-    """ACKJOB [job-id ...]: the jobs were processed; start the ack GC."""
+@command("ackjob", -1, F_WRITE | F_FAST,
+         doc="ACKJOB [job-id ...]: the jobs were processed; start the ack GC.")
+def ackjob(node: Node, client: Client, argv: list):
     known = 0
     now = node.clock()
     cluster = node.cluster
@@ -34,9 +36,9 @@ def ackjob(node, client, argv):
     return known
 
 
-@command("fastack", -1, F_WRITE | F_FAST)
-def fastack(node, client, argv):
-    """FASTACK [job-id ...]: delete here and tell the others, best effort."""
+@command("fastack", -1, F_WRITE | F_FAST,
+         doc="FASTACK [job-id ...]: delete here and tell the others, best effort.")
+def fastack(node: Node, client: Client, argv: list):
     deleted = 0
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)
@@ -48,7 +50,7 @@ def fastack(node, client, argv):
     return deleted
 
 
-def _requeue(node, argv, nack: bool) -> int:
+def _requeue(node: Node, argv, nack: bool) -> int:
     changed = 0
     now = node.clock()
     for jid in parse_job_ids(node, argv):
@@ -58,21 +60,21 @@ def _requeue(node, argv, nack: bool) -> int:
     return changed
 
 
-@command("nack", -1, F_DENYOOM | F_WRITE | F_FAST)
-def nack(node, client, argv):
-    """NACK [job-id ...]: put the jobs back in their queues now, counting nacks."""
+@command("nack", -1, F_DENYOOM | F_WRITE | F_FAST,
+         doc="NACK [job-id ...]: put the jobs back in their queues now, counting nacks.")
+def nack(node: Node, client: Client, argv: list):
     return _requeue(node, argv, nack=True)
 
 
-@command("enqueue", -1, F_DENYOOM | F_WRITE | F_FAST)
-def enqueue(node, client, argv):
-    """ENQUEUE [job-id ...]: queue jobs that are not queued (not acked ones)."""
+@command("enqueue", -1, F_DENYOOM | F_WRITE | F_FAST,
+         doc="ENQUEUE [job-id ...]: queue jobs that are not queued (not acked ones).")
+def enqueue(node: Node, client: Client, argv: list):
     return _requeue(node, argv, nack=False)
 
 
-@command("dequeue", -1, F_WRITE | F_FAST)
-def dequeue(node, client, argv):
-    """DEQUEUE [job-id ...]: take jobs out of their queues, keeping them."""
+@command("dequeue", -1, F_WRITE | F_FAST,
+         doc="DEQUEUE [job-id ...]: take jobs out of their queues, keeping them.")
+def dequeue(node: Node, client: Client, argv: list):
     changed = 0
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)
@@ -83,9 +85,9 @@ def dequeue(node, client, argv):
     return changed
 
 
-@command("working", 2, F_FAST)
-def working(node, client, argv):
-    """WORKING job-id: still processing; postpone the next requeue by RETRY seconds."""
+@command("working", 2, F_FAST,
+         doc="WORKING job-id: still processing; postpone the next requeue by RETRY seconds.")
+def working(node: Node, client: Client, argv: list):
     jid = argv[1]
     if not valid_job_id(jid):
         return Error(BADID)

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""CPU per ADDJOB and per GETJOB NOHANG in process, the compiled core (mypyc,
+built by `make venv`) against the pure-Python modules (DISQUETTE_NO_EXTENSIONS=1):
+Node.handle_command + RESP encoding on a Node without a cluster, argv as the
+reader returns it. Each round runs both builds, one process each, in an order
+that alternates between rounds; each process prints its best of REPS.
+
+    .venv/bin/python bench/bench_core_inproc.py [--rounds 3] [-n 100000] [--reps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from broker.commands import COMMANDS
+from broker.commands.server import COMPILED_CORE
+from broker.config import Config
+from broker.node import Node
+from protocol.resp import get_encoder
+
+ROOT = Path(__file__).resolve().parents[1]
+BODY = b"x" * 100
+
+
+def one_rep(n: int) -> tuple[float, float]:
+    now = 1_700_000_000_000
+    node = Node(Config(), lambda: now, random.Random(1), perf_ns=time.perf_counter_ns,
+                commands=COMMANDS)
+    client = node.new_client("bench")
+    enc = get_encoder(2)
+    handle = node.handle_command
+    add = [b"ADDJOB", b"q", BODY, b"0"]
+    get = [b"GETJOB", b"NOHANG", b"FROM", b"q"]
+    cpu = time.process_time_ns      # CPU time: the machine is shared
+    t0 = cpu()
+    for _ in range(n):
+        out = enc(handle(client, add))
+    t1 = cpu()
+    assert out.startswith(b"+D-"), out
+    for _ in range(n):
+        out = enc(handle(client, get))
+    t2 = cpu()
+    assert out.startswith(b"*1\r\n*3\r\n$1\r\nq\r\n"), out
+    assert node.job_count == n
+    return (t1 - t0) / n, (t2 - t1) / n
+
+
+def measure(n: int, reps: int) -> dict:
+    gc.disable()        # the cyclic GC is rare in a steady server; the same for both builds
+    best_add = best_get = float("inf")
+    for _ in range(reps):
+        add, get = one_rep(n)
+        best_add, best_get = min(best_add, add), min(best_get, get)
+        gc.collect()
+    return {"compiled_core": COMPILED_CORE, "addjob_ns": best_add, "getjob_ns": best_get}
+
+
+def run_build(pure: bool, n: int, reps: int) -> dict:
+    env = dict(os.environ)
+    env.pop("DISQUETTE_NO_EXTENSIONS", None)
+    if pure:
+        env["DISQUETTE_NO_EXTENSIONS"] = "1"
+    out = subprocess.run([sys.executable, __file__, "--child", "-n", str(n), "--reps", str(reps)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("-n", type=int, default=100_000)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.n, args.reps)))
+        return
+    results: dict[str, list[dict]] = {"pure": [], "compiled": []}
+    for r in range(args.rounds):
+        order = ["pure", "compiled"] if r % 2 == 0 else ["compiled", "pure"]
+        for build in order:
+            res = run_build(build == "pure", args.n, args.reps)
+            results[build].append(res)
+            print(f"round {r + 1} {build:8} compiled_core={res['compiled_core']} "
+                  f"ADDJOB {res['addjob_ns']:.0f} ns  GETJOB NOHANG {res['getjob_ns']:.0f} ns")
+    if results["compiled"][0]["compiled_core"] != "yes":
+        sys.exit("no compiled core here: build it first (make venv)")
+    for key, name in (("addjob_ns", "ADDJOB"), ("getjob_ns", "GETJOB NOHANG")):
+        pure = min(r[key] for r in results["pure"])
+        compiled = min(r[key] for r in results["compiled"])
+        print(f"{name:14} pure {pure:.0f} ns, compiled {compiled:.0f} ns: "
+              f"{pure / compiled:.2f}x less CPU")
+
+
+if __name__ == "__main__":
+    main()
