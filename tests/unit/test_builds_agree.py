@@ -4,9 +4,12 @@ the .py modules) runs the same seeded work and prints digests of what a user
 or a disk would see, which must be equal:
 - a seeded stream of client commands through an in-process node: every reply
   as RESP bytes (RESP2 and RESP3) and the AOF it wrote;
-- the simulator's replay digests (cluster/sim.py) of a few seeded clusters.
+- the simulator's replay digests (cluster/sim.py): a few membership chaos runs
+  and the first SIM_SEEDS_COMPARED seeds of the delivery sweep
+  (tests/sim/test_delivery_sim.py), whole brokers under faults.
 
-Run as a module, this file prints those digests and the build that ran.
+Run as a module (``python -m tests.unit.test_builds_agree PART``), this file
+prints the digests of one part and the build that ran.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from tests.sim.workload import Workload
 ROOT = Path(__file__).resolve().parents[2]
 COMMANDS_RUN = 4000
 SIM_SEEDS = (3, 8)          # membership chaos runs (tests/sim/test_membership_sim.py)
-WORKLOAD_SEEDS = (1, 7, 42)  # whole brokers under faults (tests/sim/workload.py)
+SIM_SEEDS_COMPARED = 1000   # delivery-sweep seeds (tests/sim/workload.py) run on both builds
+SIM_PARTS = 4               # run as this many tests, so that xdist spreads them
 
 
 def _command(rng: random.Random, ids: list[bytes]) -> list:
@@ -90,39 +94,54 @@ def command_stream_digest(seed: int = 24) -> str:
     return h.hexdigest()
 
 
-def sim_digests() -> list[str]:
-    out = [run_chaos(seed).digest() for seed in SIM_SEEDS]
-    for seed in WORKLOAD_SEEDS:
+def sim_digests(part: int) -> list[str]:
+    """One part of the seeds: its share of the sweep's seeds (one digest each),
+    and in part 0 the membership chaos runs."""
+    out = [run_chaos(seed).digest() for seed in SIM_SEEDS] if part == 0 else []
+    for seed in range(part, SIM_SEEDS_COMPARED, SIM_PARTS):
         w = Workload(seed)
         w.run()
         out.append(w.sim.digest())
     return out
 
 
-def _run_build(pure: bool) -> dict:
+def _run_build(pure: bool, part: str) -> dict:
     env = dict(os.environ, PYTHONHASHSEED="0")
     env.pop("DISQUETTE_NO_EXTENSIONS", None)
     if pure:
         env["DISQUETTE_NO_EXTENSIONS"] = "1"
-    out = subprocess.run([sys.executable, "-m", "tests.unit.test_builds_agree"], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run([sys.executable, "-m", "tests.unit.test_builds_agree", part],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
 
-@pytest.mark.timeout(1200)
-def test_the_compiled_and_the_pure_build_agree():
-    pure, compiled = _run_build(pure=True), _run_build(pure=False)
+def _builds_agree(part: str) -> None:
+    pure, compiled = _run_build(True, part), _run_build(False, part)
     assert pure.pop("compiled_core") == "no"
     if compiled.pop("compiled_core") != "yes":
         pytest.skip("no compiled core in this checkout (built with DISQUETTE_NO_EXTENSIONS=1)")
     assert compiled == pure
 
 
-def main() -> None:
-    print(json.dumps({"compiled_core": COMPILED_CORE, "commands": command_stream_digest(),
-                      "sim": sim_digests()}))
+@pytest.mark.timeout(1200)
+def test_a_command_stream_gives_the_same_replies_and_aof_on_both_builds():
+    _builds_agree("commands")
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("part", range(SIM_PARTS))
+def test_simulated_clusters_replay_identically_on_both_builds(part):
+    _builds_agree(f"sim{part}")
+
+
+def main(part: str) -> None:
+    if part == "commands":
+        digests: object = command_stream_digest()
+    else:
+        digests = sim_digests(int(part.removeprefix("sim")))
+    print(json.dumps({"compiled_core": COMPILED_CORE, part: digests}))
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1])
