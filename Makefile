@@ -104,8 +104,19 @@ $(PD_VENV)/.installed: Makefile
 	$(PD_PY) -c 'from pydisque.client import Client'
 	@touch $@
 
+# The whole suite runs on the compiled build; then the unit and simulation tests
+# again on the pure-Python modules (DISQUETTE_NO_EXTENSIONS=1), with a shorter
+# sweep: tests/unit/test_builds_agree.py already compares 1,000 seeds' digests
+# across the builds.
+PURE_SIM_SEEDS ?= 200
+
 test: deps test-venv pydisque-venv
 	@rc=0; $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc = 0 ]; then \
+	  echo "== the unit and simulation tests on the pure build (DISQUETTE_NO_EXTENSIONS=1)"; \
+	  DISQUETTE_NO_EXTENSIONS=1 SIM_SEEDS=$(PURE_SIM_SEEDS) $(PY) -m pytest $(PYTEST_ARGS) \
+	    tests/unit tests/sim || rc=$$?; \
+	fi; \
 	if [ -n "$${PYTEST_EXITCODE_FILE:-}" ]; then echo $$rc > "$$PYTEST_EXITCODE_FILE"; fi; \
 	if [ $$rc != 0 ]; then echo "pytest exited with code $$rc" >&2; fi; \
 	exit $$rc
