@@ -36,11 +36,19 @@ def parse_int(arg: bytes, message: str = "ERR value is not an integer or out of 
     return n
 
 
+# Disque keeps a job's TTL, DELAY and RETRY in 32-bit fields. Larger values are
+# taken as the largest such field (136 years), so that every time computed from
+# them (now + ttl * 1000...) fits a C int64 in both builds.
+MAX_SECONDS = (1 << 32) - 1
+MAX_TIMEOUT_MS = MAX_SECONDS * 1000
+
+
 def parse_timeout_ms(arg: bytes) -> int:
+    """A command timeout in milliseconds (at most MAX_TIMEOUT_MS)."""
     n = parse_int(arg, "ERR timeout is not an integer or out of range")
     if n < 0:
         raise CommandError("ERR timeout is negative")
-    return n
+    return min(n, MAX_TIMEOUT_MS)
 
 
 def parse_job_ids(node: Node, argv: list, start: int = 1) -> list:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from broker import lifecycle
-from broker.commands.args import SYNTAX_ERROR, parse_int, parse_job_ids, parse_timeout_ms
+from broker.commands.args import (
+    MAX_SECONDS, SYNTAX_ERROR, parse_int, parse_job_ids, parse_timeout_ms,
+)
 from broker.client import Client
 from broker.commands.table import command
 from broker.dispatch import F_DENYOOM, F_FAST, F_WRITE, CommandError
@@ -81,6 +83,8 @@ def addjob(node: Node, client: Client, argv: list):
     if delay >= ttl:
         raise CommandError("ERR The specified DELAY is greater than TTL. Job refused "
                            "since would never be delivered")
+    ttl = min(ttl, MAX_SECONDS)
+    delay, retry = min(delay, ttl - 1), min(retry, MAX_SECONDS)
 
     # Leaving, or over 75% of maxmemory, we keep no local copy (SPEC sections 6, 8);
     # for memory only when another node can hold it: a lone node keeps it until OOM.

@@ -157,6 +157,25 @@ def test_addjob_reads_numbers_as_disque(snode, value):
     job_id(reply)
 
 
+def test_huge_times_are_accepted_and_bounded(snode):
+    """Disque takes any positive int64 TTL, DELAY or RETRY (and keeps them in
+    32-bit fields); we accept the same values and bound them to 2^32 - 1 s, so
+    that no time computed from them overflows an int64 in the compiled core."""
+    big = str((1 << 63) - 1)
+    jid = cmd(snode, "ADDJOB", "q", "x", big, "TTL", big, "RETRY", big, "DELAY", "5")
+    show = cmd(snode, "SHOW", jid)
+    fields = dict(zip(show[::2], show[1::2]))
+    assert fields[b"retry"] == (1 << 32) - 1
+    assert 0 < fields[b"ttl"] <= (1 << 32) - 1
+    assert fields[b"delay"] == 5
+    jid2 = cmd(snode, "ADDJOB", "q2", "y", "0", "TTL", big, "DELAY", str((1 << 62)))
+    fields = dict(zip(*[iter(cmd(snode, "SHOW", jid2))] * 2))
+    assert fields[b"delay"] < fields[b"ttl"] <= (1 << 32) - 1
+    # A GETJOB timeout of int64's maximum waits (and is woken) like any other.
+    jid3 = cmd(snode, "ADDJOB", "q3", "z", "0")
+    assert cmd(snode, "GETJOB", "TIMEOUT", big, "FROM", "q3")[0][1] == jid3
+
+
 def test_addjob_checks_maxlen_before_pause(snode):
     r = snode.raw()
     job_id(r.call("ADDJOB", "q", "x", "0"))
