@@ -90,16 +90,18 @@ class DisquetteFactory:
         self.config = config
         self.started: list[DisquetteNode | DisquetteCluster] = []
 
-    def node(self, *, config: list[str] | tuple[str, ...] = (), **options: Any) -> DisquetteNode:
-        n = DisquetteNode(options.pop("command", self.command),
-                          config=[*self.config, *config], **options)
+    def node(self, *, config: list[str] | tuple[str, ...] = (),
+             command: list[str] | str | None = None, **options: Any) -> DisquetteNode:
+        """A started node; ``options`` are DisquetteNode's (``port=``...) and directives."""
+        n = DisquetteNode(command or self.command, config=[*self.config, *config], **options)
         self.started.append(n)
         return n.start()
 
     def cluster(self, size: int = 3, *, config: list[str] | tuple[str, ...] = (),
-                **options: Any) -> DisquetteCluster:
-        c = DisquetteCluster(size, options.pop("command", self.command),
-                             config=[*self.config, *config], **options)
+                command: list[str] | str | None = None, **options: Any) -> DisquetteCluster:
+        """``size`` nodes, met and ready."""
+        c = DisquetteCluster(size, command or self.command, config=[*self.config, *config],
+                             **options)
         self.started.append(c)
         return c.start()
 

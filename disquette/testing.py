@@ -118,7 +118,44 @@ class NodeStartError(RuntimeError):
     (and the tail of the node's log)."""
 
 
-class DisquetteNode:
+class _Clients:
+    """The clients of a node or a cluster (``seeds()``: its addresses)."""
+
+    def __init__(self) -> None:
+        self._client: Client | None = None
+        self._clients: list[Client] = []
+
+    def seeds(self) -> list[str]:
+        raise NotImplementedError
+
+    @property
+    def client(self) -> Client:
+        """A ``disquette.Client`` knowing these nodes, made on first use,
+        closed with them."""
+        if self._client is None:
+            self._client = self.new_client()
+        return self._client
+
+    def new_client(self, **options: Any) -> Client:
+        """Another ``Client`` (``protocol=3``, ``serializer=``...), closed with the nodes."""
+        c = Client(self.seeds(), **options)
+        self._clients.append(c)
+        return c
+
+    def async_client(self, **options: Any) -> AsyncClient:
+        """An ``AsyncClient``; close it in your test's event loop
+        (``async with node.async_client() as c:``)."""
+        return AsyncClient(self.seeds(), **options)
+
+    def close_clients(self) -> None:
+        for c in self._clients:
+            with contextlib.suppress(Exception):
+                c.close()
+        self._clients.clear()
+        self._client = None
+
+
+class DisquetteNode(_Clients):
     """One node as a subprocess: ``<command> [directives] --port P --dir D``,
     its output in ``D/node.log``.
 
@@ -145,8 +182,7 @@ class DisquetteNode:
         self.dir = self.dir.resolve()
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen[bytes] | None = None
-        self._client: Client | None = None
-        self._clients: list[Client] = []
+        super().__init__()
 
     # -- where it is
     @property
@@ -179,37 +215,14 @@ class DisquetteNode:
         return self.proc is not None and self.proc.poll() is None
 
     # -- clients
-    @property
-    def client(self) -> Client:
-        """A ``disquette.Client`` on this node, made on first use, closed with
-        the node (or by :meth:`reset`)."""
-        if self._client is None:
-            self._client = self.new_client()
-        return self._client
-
-    def new_client(self, **options: Any) -> Client:
-        """Another ``Client`` (``protocol=3``, ``serializer=``...), closed with the node."""
-        c = Client(self.addr, **options)
-        self._clients.append(c)
-        return c
-
-    def async_client(self, **options: Any) -> AsyncClient:
-        """An ``AsyncClient`` on this node; close it in your test's event loop
-        (``async with node.async_client() as c:``)."""
-        return AsyncClient(self.addr, **options)
+    def seeds(self) -> list[str]:
+        return [self.addr]
 
     def admin(self) -> redis.Redis:
         """A plain redis-py connection (RESP2, one socket) for checks and
         admin commands; close it (``with node.admin() as r:``)."""
         return redis.Redis(self.host, self.port, protocol=2, socket_timeout=10,
                            socket_connect_timeout=5, single_connection_client=True)
-
-    def close_clients(self) -> None:
-        for c in self._clients:
-            with contextlib.suppress(Exception):
-                c.close()
-        self._clients.clear()
-        self._client = None
 
     # -- the process
     def start(self) -> "DisquetteNode":
@@ -287,7 +300,8 @@ class DisquetteNode:
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGTERM)
-                self.proc.send_signal(signal.SIGCONT)   # a node a test froze (SIGSTOP)
+                if hasattr(signal, "SIGCONT"):          # a node a test froze (SIGSTOP)
+                    self.proc.send_signal(signal.SIGCONT)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -346,7 +360,7 @@ class DisquetteNode:
         return f"<DisquetteNode {self.addr} {state} dir={self.dir}>"
 
 
-class DisquetteCluster:
+class DisquetteCluster(_Clients):
     """``size`` nodes (3 by default) joined with CLUSTER MEET, ready when
     every node's HELLO lists every node as reachable (priority 1).
 
@@ -366,8 +380,7 @@ class DisquetteCluster:
             DisquetteNode(command, config=config, host=host, start_timeout=start_timeout,
                           **directives)
             for _ in range(size)]
-        self._client: Client | None = None
-        self._clients: list[Client] = []
+        super().__init__()
 
     @property
     def addrs(self) -> list[str]:
@@ -378,28 +391,11 @@ class DisquetteCluster:
         """``"disque://127.0.0.1:<p1>,127.0.0.1:<p2>,..."``."""
         return "disque://" + ",".join(self.addrs)
 
-    @property
-    def client(self) -> Client:
-        """A ``disquette.Client`` knowing every node, made on first use."""
-        if self._client is None:
-            self._client = self.new_client()
-        return self._client
-
-    def new_client(self, **options: Any) -> Client:
-        c = Client(self.addrs, **options)
-        self._clients.append(c)
-        return c
-
-    def async_client(self, **options: Any) -> AsyncClient:
-        """An ``AsyncClient`` knowing every node; close it in your event loop."""
-        return AsyncClient(self.addrs, **options)
+    def seeds(self) -> list[str]:
+        return self.addrs
 
     def close_clients(self) -> None:
-        for c in self._clients:
-            with contextlib.suppress(Exception):
-                c.close()
-        self._clients.clear()
-        self._client = None
+        super().close_clients()
         for n in self.nodes:
             n.close_clients()
 

@@ -11,7 +11,6 @@ import ast
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import REPO_ROOT
+from tests.harness import REPO_ROOT, _can_bind as can_bind
 
 RUN_TIMEOUT = 300.0     # a guard against a hang: a few node starts on a loaded machine
 
@@ -75,16 +74,6 @@ def run_user_tests(project: Path, files: dict[str, str], *args: str,
 
 def seen(project: Path) -> list[dict]:
     return [json.loads(line) for line in (project / "seen.jsonl").read_text().splitlines()]
-
-
-def can_bind(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def assert_all_gone(project: Path) -> None:
