@@ -288,8 +288,8 @@ class DisquetteNode(_Clients):
                     reply = r.execute_command("CONFIG", "GET", "dir")
                 except redis.ResponseError:
                     return True      # a server without CONFIG GET: PING must do
-                return _config_value(reply) == str(self.dir)
-        except redis.ConnectionError:     # not listening yet, or -LOADING
+                return reply[1].decode() == str(self.dir)
+        except (redis.ConnectionError, redis.TimeoutError):   # not yet listening, -LOADING
             return False
 
     def stop(self, timeout: float = 10.0) -> int | None:
@@ -436,7 +436,7 @@ class DisquetteCluster(_Clients):
                 try:
                     with n.admin() as r:
                         hello = parse_hello(r.execute_command("HELLO"))
-                except redis.ConnectionError:
+                except (redis.ConnectionError, redis.TimeoutError):
                     return False
                 if len(hello.nodes) != size or any(i.priority != 1 for i in hello.nodes):
                     return False
@@ -471,12 +471,6 @@ class DisquetteCluster(_Clients):
 
 class _PortTaken(Exception):
     """The node exited because its port (or bus port) was taken."""
-
-
-def _config_value(reply: Any) -> str:
-    """CONFIG GET's value: a [name, value] array (RESP2) or a map (RESP3)."""
-    value = next(iter(reply.values())) if isinstance(reply, dict) else reply[1]
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 _live: set[DisquetteNode] = set()
