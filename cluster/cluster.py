@@ -79,6 +79,10 @@ class Cluster:
         self.importing = False
         self.push_pending: set[bytes] = set()    # queues with jobs for nodes that asked
         self.tombstones: dict[bytes, int] = {}   # deleted job id -> until (insertion order)
+        # (ext) job id -> until: a QUEUED or WILLQUEUE for a job we did not hold
+        # yet. Its REPLJOB may come later (another link): a held copy is then
+        # released at once (requeue.released_early).
+        self.heard_queued: dict[bytes, int] = {}
         self.next_membership_tick = 0
         self.events: list[NodeEvent] = []
         broker.cluster = self
@@ -259,6 +263,13 @@ class Cluster:
     def is_tombstoned(self, jid: bytes) -> bool:
         return jid in self.tombstones
 
+    def note_queued_unknown(self, jid: bytes) -> None:
+        h = self.heard_queued
+        h.pop(jid, None)        # re-insert at the end: expiry order = insertion order
+        h[jid] = self.broker.clock() + TOMBSTONE_MS
+        if len(h) > MAX_TOMBSTONES:
+            del h[next(iter(h))]
+
     def tick(self, now: int) -> None:
         t = self.tombstones
         while t:
@@ -266,6 +277,12 @@ class Cluster:
             if t[jid] > now:
                 break
             del t[jid]
+        h = self.heard_queued
+        while h:
+            jid = next(iter(h))
+            if h[jid] > now:
+                break
+            del h[jid]
         if now >= self.next_membership_tick:    # the node table wants ~10 Hz
             self.next_membership_tick = now + MEMBERSHIP_TICK_MS
             self._collect(self.m.tick(now))
@@ -292,6 +309,9 @@ class Cluster:
         if self.interest and not self.importing:
             # Pushed on the next tick: the command that queued it answers first.
             self.push_pending.add(job.queue)
+
+    def job_released(self, job) -> None:
+        requeue.job_released(self, job)
 
     def before_requeue(self, job) -> None:
         job.flags |= FLAG_BCAST_QUEUED      # a timer requeue is announced (QUEUED)
