@@ -28,6 +28,7 @@ All integers are little endian. Record types:
     A  acknowledgements: job ids, as D
     R  deliveries of RETRY 0 jobs (never to be queued again): job ids, as D
     F  DEBUG FLUSHALL: no body
+    E  (ext) held jobs released (ENQUEUE, here or on another holder): job ids, as D
 
 A ``J`` body is a msgpack list of columns, one entry per job in each column::
 
@@ -71,9 +72,11 @@ from crc32c import crc32c
 
 from broker import lifecycle
 from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, FLAG_DUMMY_ACK, JOB_ID_LEN, QUEUED, SHARDS, Job, job_shard
+from broker.job import FLAG_HELD, HELD
 from broker.records import (  # noqa: F401  (part of this module's interface)
     REC_ACK, REC_DEL, REC_DELIVERED, REC_FLUSHALL, REC_JOB_ROWS, REC_JOBS, RECORD_NAMES,
 )
+from broker.records import REC_RELEASED
 
 MAGIC = b"\x89DSQAOF\n"
 VERSION = 1
@@ -90,7 +93,7 @@ MAX_BODY_BYTES_PER_RECORD = 8 * 1024 * 1024
 MAX_IDS_PER_RECORD = 65536
 
 # Flags that only describe an exchange in flight; a loaded job starts afresh.
-_KEPT_FLAGS = FLAG_DELIVERED | FLAG_DUMMY_ACK
+_KEPT_FLAGS = FLAG_DELIVERED | FLAG_DUMMY_ACK | FLAG_HELD
 
 SHARDS_COUNT = SHARDS
 shard_of = job_shard        # the node's job shard of an id
@@ -444,7 +447,8 @@ class Loader:
     elapsed. With ``enqueue_once`` (aof-enqueue-jobs-once) jobs recorded as queued
     go straight back into their queues, except RETRY 0 jobs already delivered.
     Acked jobs are not live: dropped, unless other nodes hold a copy (the cluster
-    then finishes the ack GC). Expired jobs are dropped.
+    then finishes the ack GC). Expired jobs are dropped. (ext) Held jobs come
+    back held, with no timer but their TTL, until an E record releases them.
 
     The loader decodes; broker/lifecycle.py's ``restore*`` functions register
     (a whole record's jobs in one call: one Python call per job saved is what
@@ -479,6 +483,8 @@ class Loader:
                     self._apply_delivered(decode_ids(payload))
                 elif kind == REC_FLUSHALL:
                     self._apply_flushall()
+                elif kind == REC_RELEASED:
+                    self._apply_released(decode_ids(payload))
                 else:
                     raise ValueError(f"unknown record type {kind!r}")
             except CorruptAOF:
@@ -511,8 +517,9 @@ class Loader:
         etimes = self.etimes
         etime = [etimes.setdefault(e, e) for e in etime]
         has_acked = ACKED in state
-        states = ([ACKED if s == ACKED else ACTIVE for s in state] if has_acked
-                  else repeat(ACTIVE, n))
+        has_held = HELD in state        # (ext) held jobs come back held
+        states = ([s if s == ACKED or s == HELD else ACTIVE for s in state]
+                  if has_acked or has_held else repeat(ACTIVE, n))
         jobs = list(map(Job, ids, queues, bodies, states, repl, etime, ctime, delay, retry))
         if cols[4] != 0 and any(cols[4]):
             for j, v in zip(jobs, _column(cols[4], n)):
@@ -532,7 +539,8 @@ class Loader:
                     j.nodes_delivered = set(nd)
         if self.enqueue_once and QUEUED in state:
             self.to_queue.extend(j for j, s in zip(jobs, state) if s == QUEUED)
-        plain = nodes is None and not has_acked and (not n or min(etime) > now)
+        plain = (nodes is None and not has_acked and not has_held
+                 and (not n or min(etime) > now))
         if not plain:
             self.stats["acked"] += sum(1 for j in jobs if j.state == ACKED and j.etime > now)
         self.stats["expired"] += lifecycle.restore(self.node, jobs, requeue_time, now, plain)
@@ -551,6 +559,12 @@ class Loader:
     def _apply_delivered(self, ids: list) -> None:
         for jid in ids:
             lifecycle.restore_delivered(self.node, jid)
+
+    def _apply_released(self, ids: list) -> None:
+        for jid in ids:
+            job = lifecycle.restore_released(self.node, jid, self.now)
+            if job is not None and self.enqueue_once and not job.delay:
+                self.to_queue.append(job)   # released: queued, as a job added unheld
 
     def _apply_flushall(self) -> None:
         lifecycle.flush_all(self.node, record=False)
@@ -612,7 +626,7 @@ def check_chunks(chunks) -> Summary:
                         alive.update(ids)
                     elif kind in (REC_DEL, REC_ACK):
                         alive.difference_update(decode_ids(payload))
-                    elif kind == REC_DELIVERED:
+                    elif kind == REC_DELIVERED or kind == REC_RELEASED:
                         decode_ids(payload)
                     elif kind == REC_FLUSHALL:
                         alive.clear()

@@ -18,7 +18,8 @@ WAIT_REPL = 0
 ACTIVE = 1
 QUEUED = 2
 ACKED = 3
-STATE_NAMES = (b"wait-repl", b"active", b"queued", b"acked")
+HELD = 4        # (ext) ADDJOB ... HOLD: live, never queued until an ENQUEUE releases it
+STATE_NAMES = (b"wait-repl", b"active", b"queued", b"acked", b"held")
 STATE_BY_NAME = {name: i for i, name in enumerate(STATE_NAMES)}
 
 JOB_ID_LEN = 40
@@ -32,6 +33,10 @@ FLAG_DELIVERED = 2        # given to a client at least once (RETRY 0 eviction)
 FLAG_DUMMY_ACK = 4        # ack for an id we never held (ACKJOB of an unknown id)
 FLAG_BCAST_QUEUED = 8     # (cluster) we told holders we queued it
 FLAG_QUEUED_ONCE = 16     # queued here before: ENQUEUE again is an additional delivery
+# (ext) Added with HOLD and not released yet. The state says so once the job is
+# live (HELD); the flag is what REPLJOB carries while the origin's copy still
+# waits for replication (its state is wait-repl then).
+FLAG_HELD = 32
 
 BADID = "BADID Invalid Job ID format."
 

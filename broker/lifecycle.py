@@ -8,6 +8,11 @@ accounting and the AOF records it leaves (SPEC sections 3, 5, 7).
     active / queued ──ack──> acked ──(timer) ack GC──> delete        active
     any ──delete / expire / flush_all──> gone
 
+    (ext) a job added with HOLD is `held` where the others say active (add,
+    activate, adopt_replica): no timer queues it, until
+    held ──release (ENQUEUE here)──> queued (or active until its DELAY)
+    held ──released_elsewhere (another holder's QUEUED...)──> active
+
 Commands, the cluster's message handlers and the AOF loader call these functions;
 nothing else assigns ``job.state``, ``job.requeue_time`` or ``job.gc_time``. The
 cluster layer is told through the Node's ``cluster`` hooks (``job_queued``,
@@ -28,8 +33,10 @@ from broker.job import (
     ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_DUMMY_ACK, FLAG_QUEUED_ONCE,
     JOB_OVERHEAD, QUEUED, WAIT_REPL, Job, job_from_fields, job_shard, make_job_id,
 )
+from broker.job import FLAG_HELD, HELD
 from broker.queue import PAUSED_IN, PAUSED_OUT, Queue
 from broker.records import REC_ACK, REC_DEL, REC_DELIVERED, REC_FLUSHALL
+from broker.records import REC_RELEASED
 
 if TYPE_CHECKING:   # for the types only: the Node calls this module
     from broker.node import Node
@@ -96,9 +103,21 @@ def new_job(node: Node, queue: bytes, body: bytes, repl: int, ttl: int, delay: i
     return job
 
 
+def hold(job: Job) -> None:
+    """(ext) ADDJOB ... HOLD: the new job goes live held (add, activate) and
+    its copies too (the flag travels in REPLJOB); its DELAY starts at release."""
+    job.flags |= FLAG_HELD
+    job.requeue_time = 0
+
+
 def add(node: Node, job: Job, now: int) -> None:
     """A new job whose only copy is here: live at once (logged, queued unless
-    delayed)."""
+    delayed or held)."""
+    if job.flags & FLAG_HELD:
+        job.state = HELD
+        _register(node, job)
+        _record_job(node, job)
+        return
     job.state = ACTIVE
     _register(node, job)
     _record_job(node, job)
@@ -115,7 +134,11 @@ def add_pending(node: Node, job: Job) -> None:
 
 def activate(node: Node, job: Job, now: int) -> None:
     """A wait-repl job is live (its copies are confirmed, or ASYNC): log it and
-    queue it unless delayed."""
+    queue it unless delayed or held."""
+    if job.flags & FLAG_HELD:
+        job.state = HELD
+        _record_job(node, job)
+        return
     job.state = ACTIVE
     _record_job(node, job)
     if not job.delay:
@@ -158,7 +181,11 @@ def adopt_replica(node: Node, fields: list, now: int) -> Job:
     else:
         nd.add(me)
     job.nodes_confirmed = None
-    if job.retry:
+    if fields[4] & FLAG_HELD:
+        # (ext) Held: no timer until a holder releases it (released_elsewhere).
+        job.state = HELD
+        job.flags |= FLAG_HELD
+    elif job.retry:
         start = max(now, job.ctime // 1_000_000 + job.delay * 1000)
         job.requeue_time = start + job.retry * 1000 + jitter(node)
     _register(node, job)
@@ -176,9 +203,12 @@ def adopt_moved(node: Node, fields: list, sender: str, now: int):
         if job.state == ACKED:
             return None
         merge_counters(job, fields[10], fields[11])
+        if job.state == HELD:
+            _unhold(node, job)      # queued elsewhere: it was released there
         return job
     job = job_from_fields(fields)
     job.state = ACTIVE
+    job.flags &= ~FLAG_HELD
     if job.retry:
         job.nodes_delivered = set(job.nodes_delivered or ()) | {sender, node.myself_id}
     else:
@@ -258,8 +288,11 @@ def requeue(node: Node, job: Job, now: int, nack: bool) -> bool:
     """NACK (nacks + 1) or ENQUEUE of an active job. As Disque: queueing a job
     for the first time here (a DELAY job put in its queue early) is not an
     additional delivery; a NACK always counts; an at-most-once job is queued
-    once at most, even if dequeued."""
+    once at most, even if dequeued. (ext) ENQUEUE of a held job releases it."""
     if job.state != ACTIVE or not can_queue(job):
+        if job.state == HELD and not nack:
+            release(node, job, now)
+            return True
         return False
     again = job.flags & FLAG_QUEUED_ONCE
     if again and not job.retry:
@@ -272,6 +305,43 @@ def requeue(node: Node, job: Job, now: int, nack: bool) -> bool:
     queue(node, job, now)
     schedule(node, job)
     return True
+
+
+def _unhold(node: Node, job: Job) -> None:
+    """A held job is live like any other from now on (logged: a restart must
+    not hold it again)."""
+    job.state = ACTIVE
+    job.flags &= ~FLAG_HELD
+    if node.persist:
+        node.records.append((REC_RELEASED, job.id))
+
+
+def release(node: Node, job: Job, now: int) -> None:
+    """(ext) ENQUEUE of a held job: queued here now, or once its DELAY has
+    elapsed from now; no delivery is counted (it never was queued). The
+    other holders hear of it (QUEUED) and re-queue it after delay + retry
+    if the copy here is not acked by then, as for any job."""
+    _unhold(node, job)
+    job.flags &= ~FLAG_DELIVERED    # a replica's mark: queueing it here is no redelivery
+    cluster = node.cluster
+    if cluster is not None and job.nodes_delivered:
+        cluster.job_released(job)
+    if job.delay:
+        job.requeue_time = node.shared_time(now, job.delay)
+    else:
+        queue(node, job, now)
+    schedule(node, job)
+
+
+def released_elsewhere(node: Node, job: Job, now: int) -> None:
+    """(ext) Another holder released a job held here: ours is active, re-queued
+    (a redelivery) only if that holder's copy is not acked in time: its DELAY,
+    then RETRY, from now, as a copy adopted by REPLJOB."""
+    _unhold(node, job)
+    if job.retry:
+        job.flags |= FLAG_DELIVERED
+        job.requeue_time = now + (job.delay + job.retry) * 1000 + jitter(node)
+    schedule(node, job)
 
 
 def deliver(node: Node, q, now: int):
@@ -310,6 +380,8 @@ def take_for_peer(node: Node, job: Job, receiver: str, now: int) -> None:
 def postpone(node: Node, job: Job, now: int) -> None:
     """Another holder queued it or a client works on it (QUEUED, WORKING from a
     peer): our requeue moves one retry period (with jitter) ahead."""
+    if job.state == HELD:
+        return              # (ext) never queued by a timer: nothing to postpone
     if job.state == QUEUED:
         dequeue(node, job)
     if job.retry:
@@ -321,6 +393,8 @@ def postpone(node: Node, job: Job, now: int) -> None:
 def working(node: Node, job: Job, now: int) -> None:
     """WORKING: the client still processes the job; requeue retry seconds from
     now (the other holders are told directly, no WILLQUEUE)."""
+    if job.state == HELD:
+        return              # (ext) never queued by a timer: nothing to postpone
     if job.state == QUEUED:
         dequeue(node, job)
     job.flags |= FLAG_BCAST_WILLQUEUE
@@ -481,7 +555,7 @@ def restore(node: Node, jobs: list, recorded_requeue_times, now: int, plain: boo
         if job.etime <= now:
             expired += 1
             continue
-        job.requeue_time = t
+        job.requeue_time = t if job.state != HELD else 0    # (ext) held: no timer
         if job.state == ACKED:
             if not job.nodes_delivered:
                 continue            # acked here only: nothing left to do
@@ -528,6 +602,23 @@ def restore_delivered(node: Node, jid: bytes) -> None:
         job.flags |= FLAG_DELIVERED
         if job.retry == 0:
             job.requeue_time = 0
+
+
+def restore_released(node: Node, jid: bytes, now: int) -> Job | None:
+    """(ext) A held job released before the restart: back active, re-queued by
+    its timer (its DELAY, else its RETRY, from now). The job, or None if it
+    was not held here."""
+    job = node.job_shards[job_shard(jid)].get(jid)
+    if job is None or job.state != HELD:
+        return None
+    job.state = ACTIVE
+    job.flags &= ~FLAG_HELD
+    if job.delay:
+        job.requeue_time = now + job.delay * 1000
+    elif job.retry:
+        job.requeue_time = node.shared_time(now, job.retry)
+    schedule(node, job)
+    return job
 
 
 def restore_queued(node: Node, jobs: list, now: int) -> None:

@@ -17,5 +17,7 @@ REC_DEL = 0x44          # 'D'  deletions (evictions of any kind)
 REC_ACK = 0x41          # 'A'  acknowledgements
 REC_DELIVERED = 0x52    # 'R'  RETRY 0 jobs delivered: never to be queued again
 REC_FLUSHALL = 0x46     # 'F'  DEBUG FLUSHALL
+REC_RELEASED = 0x45     # 'E'  (ext) held jobs released (ENQUEUE here or on another holder)
 RECORD_NAMES = {REC_JOBS: "job batches", REC_JOB_ROWS: "job rows", REC_DEL: "deletions",
-                REC_ACK: "acks", REC_DELIVERED: "deliveries", REC_FLUSHALL: "flushall"}
+                REC_ACK: "acks", REC_DELIVERED: "deliveries", REC_FLUSHALL: "flushall",
+                REC_RELEASED: "releases"}

@@ -53,6 +53,22 @@ HANDLERS = {
 }
 
 
+def _remember(ids: dict, jid: bytes, until: int) -> None:
+    """A job id remembered until a time (tombstones, heard_queued), bounded."""
+    ids.pop(jid, None)      # re-insert at the end: expiry order = insertion order
+    ids[jid] = until
+    if len(ids) > MAX_TOMBSTONES:
+        del ids[next(iter(ids))]
+
+
+def _forget_expired(ids: dict, now: int) -> None:
+    while ids:
+        jid = next(iter(ids))
+        if ids[jid] > now:
+            break
+        del ids[jid]
+
+
 def announced_address(config) -> tuple[str, int, int]:
     """(ip, port, bus port) peers are told: the announce directives when set."""
     ip = config.cluster_announce_ip
@@ -79,6 +95,10 @@ class Cluster:
         self.importing = False
         self.push_pending: set[bytes] = set()    # queues with jobs for nodes that asked
         self.tombstones: dict[bytes, int] = {}   # deleted job id -> until (insertion order)
+        # (ext) job id -> until: a QUEUED or WILLQUEUE for a job we did not hold
+        # yet. Its REPLJOB may come later (another link): a held copy is then
+        # released at once (requeue.released_early).
+        self.heard_queued: dict[bytes, int] = {}
         self.next_membership_tick = 0
         self.events: list[NodeEvent] = []
         broker.cluster = self
@@ -250,22 +270,17 @@ class Cluster:
         replication.jobs_flushed(self)
 
     def tombstone(self, jid: bytes) -> None:
-        t = self.tombstones
-        t.pop(jid, None)        # re-insert at the end: expiry order = insertion order
-        t[jid] = self.broker.clock() + TOMBSTONE_MS
-        if len(t) > MAX_TOMBSTONES:
-            del t[next(iter(t))]
+        _remember(self.tombstones, jid, self.broker.clock() + TOMBSTONE_MS)
 
     def is_tombstoned(self, jid: bytes) -> bool:
         return jid in self.tombstones
 
+    def note_queued_unknown(self, jid: bytes) -> None:
+        _remember(self.heard_queued, jid, self.broker.clock() + TOMBSTONE_MS)
+
     def tick(self, now: int) -> None:
-        t = self.tombstones
-        while t:
-            jid = next(iter(t))
-            if t[jid] > now:
-                break
-            del t[jid]
+        _forget_expired(self.tombstones, now)
+        _forget_expired(self.heard_queued, now)
         if now >= self.next_membership_tick:    # the node table wants ~10 Hz
             self.next_membership_tick = now + MEMBERSHIP_TICK_MS
             self._collect(self.m.tick(now))
@@ -292,6 +307,9 @@ class Cluster:
         if self.interest and not self.importing:
             # Pushed on the next tick: the command that queued it answers first.
             self.push_pending.add(job.queue)
+
+    def job_released(self, job) -> None:
+        requeue.job_released(self, job)
 
     def before_requeue(self, job) -> None:
         job.flags |= FLAG_BCAST_QUEUED      # a timer requeue is announced (QUEUED)

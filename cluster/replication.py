@@ -16,8 +16,10 @@ from collections import deque
 
 from broker import lifecycle
 from broker.job import ACKED, QUEUED, WAIT_REPL, job_to_fields
+from broker.job import FLAG_HELD, HELD
 from broker.node import BLOCKED
 from broker.queue import PAUSED_IN
+from cluster import requeue
 from protocol import bus as B
 from protocol.resp import Error, Status
 
@@ -97,7 +99,7 @@ def _achieved(cluster, p: PendingAdd, now: int) -> None:
     broker = cluster.broker
     job = p.job
     del cluster.pending[job.id]
-    if p.external:
+    if p.external and not job.flags & FLAG_HELD:   # (ext) held: queued at release
         # Have one holder queue it; we keep nothing.
         target = broker.rng.choice(sorted(job.nodes_confirmed))
         cluster.send(target, B.ENQUEUE, job.id)
@@ -209,7 +211,9 @@ def on_repljob(cluster, sender: str, fields, now: int) -> None:
         return
     if jid in cluster.tombstones and broker.get_job(jid) is None:
         return                          # a late REPLJOB for a job already collected
-    lifecycle.adopt_replica(broker, fields, now)
+    job = lifecycle.adopt_replica(broker, fields, now)
+    if job.state == HELD and cluster.heard_queued:
+        requeue.released_early(cluster, job, now)
     cluster.send(sender, B.GOTJOB, jid)
 
 
@@ -217,7 +221,7 @@ def on_enqueue(cluster, sender: str, jid, now: int) -> None:
     """The originator kept no copy (external replication): we queue the job."""
     broker = cluster.broker
     job = broker.get_job(jid)
-    if job is None or job.state in (ACKED, QUEUED, WAIT_REPL):
+    if job is None or job.state in (ACKED, QUEUED, WAIT_REPL, HELD):
         return
     lifecycle.enqueue_after_delay(broker, job, now)
 

@@ -5,12 +5,18 @@ one that has it queued answers QUEUED (so we postpone instead of queueing a
 second copy), one that has it acked answers SETACK. A node that re-queues sends
 QUEUED to the holders; a holder that also has it queued dequeues it when the
 sender wins the fixed comparison (greater node id), so usually one node queues it.
+
+(ext) A held job (ADDJOB ... HOLD) is released on one holder by ENQUEUE: that
+node sends QUEUED to the others, whose held copies then go active with a
+requeue timer, as copies of a job added unheld; a WILLQUEUE or QUEUED about a
+job still held here means the same (the release's QUEUED was lost).
 """
 
 from __future__ import annotations
 
 from broker import lifecycle
 from broker.job import ACKED, FLAG_BCAST_QUEUED, FLAG_DELIVERED, QUEUED
+from broker.job import HELD
 from protocol import bus as B
 
 
@@ -44,32 +50,72 @@ def job_queued(cluster, job) -> None:
         cluster.send_many(others, B.QUEUED, queued_payload(job))
 
 
+def job_released(cluster, job) -> None:
+    """(ext) A held job was released here (ENQUEUE): the other holders hear it
+    as a QUEUED, so that theirs go active and re-queue it after retry if this
+    node's copy is not acked in time (it may die)."""
+    others = cluster.others_of(job)
+    if others:
+        cluster.send_many(others, B.QUEUED, queued_payload(job))
+
+
 def queued_payload(job) -> list:
     """QUEUED carries the delivery counters, so every holder shows the same
     nacks / additional-deliveries whichever of them re-queues next."""
     return [job.id, job.nacks, job.additional_deliveries]
 
 
+def released_by(cluster, sender: str, job, now: int) -> None:
+    """(ext) A held copy learns that another holder released the job. The
+    node that created it asked every holder (REPLJOB, widening included), the
+    releaser may know fewer: the creator passes the news on (WILLQUEUE: a
+    held copy hears it as a release, any other copy ignores it)."""
+    lifecycle.released_elsewhere(cluster.broker, job, now)
+    if job.id[2:10] == cluster.myself_id[:8].encode():
+        cluster.send_many([n for n in cluster.others_of(job) if n != sender],
+                          B.WILLQUEUE, job.id)
+
+
+def released_early(cluster, job, now: int) -> None:
+    """(ext) A held copy adopted after a QUEUED or WILLQUEUE for it came in
+    (cluster.heard_queued): the job was released already."""
+    if job.id in cluster.heard_queued:
+        lifecycle.released_elsewhere(cluster.broker, job, now)
+
+
 def on_willqueue(cluster, sender: str, jid, now: int) -> None:
     broker = cluster.broker
     job = broker.get_job(jid)
     if job is None:
+        if not cluster.is_tombstoned(jid):
+            cluster.note_queued_unknown(jid)
         return
     if job.state == QUEUED:
         cluster.send(sender, B.QUEUED, queued_payload(job))
     elif job.state == ACKED:
         cluster.send(sender, B.SETACK, [jid, len(job.nodes_delivered or ())])
+    elif job.state == HELD:
+        # (ext) Only a released job is re-queued: its QUEUED did not reach us.
+        released_by(cluster, sender, job, now)
 
 
 def on_queued(cluster, sender: str, payload, now: int) -> None:
     broker = cluster.broker
     jid, nacks, deliveries = payload
     job = broker.get_job(jid)
-    if job is None or job.state == ACKED:
+    if job is None:
+        if not cluster.is_tombstoned(jid):
+            cluster.note_queued_unknown(jid)
+        return
+    if job.state == ACKED:
         return
     lifecycle.merge_counters(job, nacks, deliveries)
     if job.nodes_delivered is not None:
         job.nodes_delivered.add(sender)
+    if job.state == HELD:
+        # (ext) The sender released it (or re-queued it after its release).
+        released_by(cluster, sender, job, now)
+        return
     if job.state == QUEUED and sender < cluster.myself_id:
         # We win: tell the sender, which then drops its queued copy.
         cluster.send(sender, B.QUEUED, queued_payload(job))

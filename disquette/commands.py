@@ -38,13 +38,15 @@ def addjob_args(queue: str, raw: bytes, timeout_ms: int, options: dict[str, Any]
             args += [name.upper(), value]
     if options.get("asynchronous"):
         args.append("ASYNC")
+    if options.get("hold"):
+        args.append("HOLD")     # (ext) held until ENQUEUE releases it
     return args
 
 
 def addjob_request(serializer: Any, queue: str, body: Any, timeout_ms: int | None,
                    options: dict[str, Any]) -> Request:
     timeout_ms = ADD_DEFAULT_TIMEOUT_MS if timeout_ms is None else int(timeout_ms)
-    unknown = set(options) - set(ADD_OPTIONS) - {"asynchronous"}
+    unknown = set(options) - set(ADD_OPTIONS) - {"asynchronous", "hold"}
     if unknown:
         raise TypeError(f"unknown add_job option(s): {', '.join(sorted(unknown))}")
     args = addjob_args(queue, serializer.encode(body), timeout_ms, options)
@@ -243,7 +245,7 @@ class Commands:
     def add_job(self, queue: str, body: Any, timeout_ms: int | None = None, *,
                 replicate: int | None = None, delay: int | None = None,
                 retry: int | None = None, ttl: int | None = None, maxlen: int | None = None,
-                asynchronous: bool = False) -> Any:
+                asynchronous: bool = False, hold: bool = False) -> Any:
         """ADDJOB: add a job; returns its id once ``replicate`` nodes hold a copy
         (at once with ``asynchronous=True``).
 
@@ -254,10 +256,14 @@ class Commands:
         OutOfMemoryError...), :class:`ReplyLostError` when the connection failed
         after sending (the job may exist), :class:`NoNodeAvailableError` when no
         node could be reached (it does not).  Never sent twice.
+
+        ``hold=True`` (a Disquette extension, ADDJOB ... HOLD): the job is
+        replicated but held, never delivered until :meth:`enqueue` on any
+        node holding it releases it (its ``delay`` and ``retry`` start then).
         """
         return self._run(addjob_request(self.serializer, queue, body, timeout_ms, {
             "replicate": replicate, "delay": delay, "retry": retry, "ttl": ttl,
-            "maxlen": maxlen, "asynchronous": asynchronous}))
+            "maxlen": maxlen, "asynchronous": asynchronous, "hold": hold}))
 
     # -- consuming
     def get_jobs(self, *queues: str, count: int | None = None, timeout_ms: int | None = 0,
@@ -289,7 +295,8 @@ class Commands:
         return self._run(Request(("WORKING", job_id), _parse_int, node=node))
 
     def enqueue(self, *job_ids: str, node: str | None = None) -> Any:
-        """ENQUEUE: queue the jobs if not already queued; returns how many were."""
+        """ENQUEUE: queue the jobs if not already queued (releases held ones);
+        returns how many were."""
         return self._run(ids_request("ENQUEUE", job_ids, node))
 
     def dequeue(self, *job_ids: str, node: str | None = None) -> Any:

@@ -26,7 +26,7 @@ ERR_MAXLEN = "ERR MAXLEN must be a positive number"
 
 @command("addjob", -4, F_DENYOOM | F_WRITE,
          doc="ADDJOB queue job ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] "
-             "[MAXLEN n] [ASYNC]")
+             "[MAXLEN n] [ASYNC] [HOLD]")
 def addjob(node: Node, client: Client, argv: list):
     replicate = 0
     delay = 0
@@ -34,6 +34,7 @@ def addjob(node: Node, client: Client, argv: list):
     ttl = DEFAULT_TTL
     maxlen = 0
     is_async = False
+    hold = False
     i, argc = 4, len(argv)
     while i < argc:
         opt = argv[i].lower()
@@ -66,6 +67,8 @@ def addjob(node: Node, client: Client, argv: list):
             i += 1
         elif opt == b"async":
             is_async = True
+        elif opt == b"hold":
+            hold = True         # (ext) held until an ENQUEUE releases it
         else:
             raise CommandError(SYNTAX_ERROR)
         i += 1
@@ -108,6 +111,8 @@ def addjob(node: Node, client: Client, argv: list):
 
     now = node.clock()
     job = lifecycle.new_job(node, qname, argv[2], replicate, ttl, delay, retry, now)
+    if hold:
+        lifecycle.hold(job)
     if replicate > 1 or external:
         # The cluster layer replicates, answers (now if ASYNC) and queues.
         return node.cluster.replicate_new_job(client, job, timeout, is_async, external)

@@ -8,6 +8,7 @@ from broker.client import Client
 from broker.commands.table import command
 from broker.dispatch import F_DENYOOM, F_FAST, F_WRITE
 from broker.job import ACKED, BADID, QUEUED, valid_job_id
+from broker.job import HELD
 from broker.node import Node
 from protocol.resp import Error
 
@@ -67,7 +68,8 @@ def nack(node: Node, client: Client, argv: list):
 
 
 @command("enqueue", -1, F_DENYOOM | F_WRITE | F_FAST,
-         doc="ENQUEUE [job-id ...]: queue jobs that are not queued (not acked ones).")
+         doc="ENQUEUE [job-id ...]: queue jobs that are not queued (not acked ones); "
+             "(ext) releases held jobs.")
 def enqueue(node: Node, client: Client, argv: list):
     return _requeue(node, argv, nack=False)
 
@@ -101,6 +103,6 @@ def working(node: Node, client: Client, argv: list):
         return Error("TOOLATE Half of job TTL already elapsed, you are no longer "
                      "allowed to postpone the next delivery.")
     lifecycle.working(node, job, now)
-    if node.cluster is not None:
+    if node.cluster is not None and job.state != HELD:  # (ext) held: nothing postponed
         node.cluster.broadcast_working(job)
     return job.retry

@@ -2,23 +2,22 @@
 
 A task (``write_rows``) adds its rows in pipelined batches, several batches
 in flight at once on their own connections (``connections``).
-With staging (the data source's default) a job is added *staged*: with a
-DELAY of its TTL minus one second, so no node queues it for consumers, and
-the task returns the ids in its commit message.  Then, on the driver:
+With staging (the data source's default) a job is added *held* (ADDJOB ...
+HOLD, a Disquette extension): replicated, but no node queues it for
+consumers, whatever its DELAY, RETRY or TTL; the task returns the ids in its
+commit message.  Then, on the driver:
 
-* ``commit``: every staged job is released: ``WORKING`` (every holder
-  re-arms its requeue timer as for a freshly queued job, so a holder still
-  re-queues it if the node that queued it dies) and ``ENQUEUE`` (queued now,
-  on the node that created it, or another holder);
+* ``commit``: every staged job is released by ``ENQUEUE`` on the node that
+  created it, or another holder: queued there (or once its own DELAY has
+  elapsed), no delivery counted, and every holder re-queues it after RETRY
+  if it is not acked, as a job added unheld;
 * ``abort``: every job of the write is deleted (FASTACK: here and, best
   effort, on every holder).
 
 A task that fails deletes what it staged before the error propagates.  What
 nobody deletes (an executor killed mid-task, a speculative attempt Spark
-denied, a lost ADDJOB reply) stays staged: never queued until the last
-second of its TTL, then gone.  docs/spark.md states the exact guarantee.
-Rows with their own DELAY are added as they are (a delay already hides them;
-an abort deletes them).
+denied, a lost ADDJOB reply) stays held: never queued, gone at its TTL.
+docs/spark.md states the exact guarantee.
 """
 
 from __future__ import annotations
@@ -32,12 +31,12 @@ from typing import Any, Iterable
 
 from disquette import AddJobsError, Client, DisqueError, ReplyError
 
-from .options import DEFAULT_TTL, Connection, WriteOptions
+from .options import Connection, WriteOptions
 from .rows import RowMapper
 
 log = logging.getLogger("disquette.spark")
 
-RELEASE_CHUNK = 5000     # WORKING+ENQUEUE pairs per pipelined round trip
+RELEASE_CHUNK = 10000    # ENQUEUEs per pipelined round trip
 DELETE_CHUNK = 1000      # ids per FASTACK
 
 
@@ -49,7 +48,7 @@ class DisqueWriteError(DisqueError):
 @dataclass
 class StagedJobs:
     """What one task wrote (its commit message's payload): ``staged`` ids
-    wait for ``commit``; ``direct`` ids (rows with their own delay) need
+    wait for ``commit``; ``direct`` ids (a write that is not staged) need
     nothing but are deleted on ``abort``."""
 
     staged: list[str] = field(default_factory=list)
@@ -61,14 +60,8 @@ class StagedJobs:
 
 
 def _stage(options: dict[str, Any]) -> bool:
-    """Stage the job (DELAY = TTL - 1), unless the row asks for a delay."""
-    if options.get("delay"):
-        return False
-    ttl = options.setdefault("ttl", DEFAULT_TTL)
-    if ttl < 2:
-        raise DisqueWriteError(f"a staged write needs TTL >= 2 s, not {ttl}; "
-                               "use .option('staged', 'false') for shorter TTLs")
-    options["delay"] = ttl - 1
+    """Stage the job: added held, its own DELAY (if any) starting at release."""
+    options["hold"] = True
     return True
 
 
@@ -171,20 +164,24 @@ def _by_creator(client: Client, ids: Iterable[str]) -> dict[str, list[str]]:
 
 
 def _release_on(client: Client, node: str, ids: list[str]) -> list[str]:
-    """WORKING + ENQUEUE each id on ``node``; return the ids it did not know."""
+    """ENQUEUE each id on ``node``; return the ids it did not know.  ENQUEUE
+    answers 0 for an unknown job and for one released already (a commit run
+    again): SHOW tells them apart, for those few only."""
     missing = []
     for start in range(0, len(ids), RELEASE_CHUNK):
         part = ids[start:start + RELEASE_CHUNK]
-        cmds = [c for jid in part for c in (("WORKING", jid), ("ENQUEUE", jid))]
-        replies = client.execute_many(cmds, node=node)
-        for i, jid in enumerate(part):
-            working = replies[2 * i]
-            if isinstance(working, ReplyError):
-                if working.code == "NOJOB":
+        replies = client.execute_many([("ENQUEUE", jid) for jid in part], node=node)
+        for reply in replies:
+            if isinstance(reply, ReplyError):
+                raise reply
+        unsure = [jid for jid, n in zip(part, replies) if n != 1]
+        if unsure:
+            shown = client.execute_many([("SHOW", jid) for jid in unsure], node=node)
+            for jid, s in zip(unsure, shown):
+                if isinstance(s, ReplyError):
+                    raise s
+                if s is None:
                     missing.append(jid)
-                    continue
-                if working.code != "TOOLATE":  # too late to re-arm: it is queued anyway
-                    raise working
     return missing
 
 

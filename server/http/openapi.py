@@ -103,7 +103,7 @@ def document() -> dict:
             "properties": {
                 "id": {"type": "string"}, "queue": {"type": "string"},
                 "state": {"type": "string", "enum": ["wait-repl", "active", "queued",
-                                                     "acked"]},
+                                                     "acked", "held"]},
                 "repl": INT, "ttl": INT, "ctime": INT, "delay": INT, "retry": INT,
                 "nacks": INT, "additional_deliveries": INT,
                 "nodes_delivered": {"type": "array", "items": {"type": "string"}},

@@ -506,3 +506,102 @@ def test_maxmemory_oom_and_eviction(snode):
         assert show(c, at_most_once[0]) is None
     finally:
         r.call("CONFIG", "SET", "maxmemory", "1gb")
+
+
+# ------------------------------------------------------- held jobs (ext)
+def jscan_ids(c, *opts) -> list[bytes]:
+    cursor, ids = c.execute_command("JSCAN", 0, "BUSYLOOP", *opts)
+    assert cursor == b"0"
+    return ids
+
+
+def test_held_job_is_live_but_invisible_until_enqueue(snode):
+    c = snode.client()
+    r = snode.raw()
+    held = addjob(c, "hq", "later", "HOLD", "RETRY", 5)
+    plain = addjob(c, "hq", "now", "RETRY", 5)
+    s = show(c, held)
+    assert s["state"] == b"held" and s["body"] == b"later" and s["retry"] == 5
+    assert s["next-requeue-within"] is None and s["ttl"] > 86000
+    # Neither GETJOB, QPEEK nor QLEN sees it; the unheld job is served alone.
+    assert c.execute_command("QLEN", "hq") == 1
+    assert [j[1] for j in c.execute_command("QPEEK", "hq", 10)] == [plain]
+    assert c.execute_command("GETJOB", "NOHANG", "COUNT", 10, "FROM", "hq") == [
+        [b"hq", plain, b"now"]]
+    assert c.execute_command("GETJOB", "NOHANG", "FROM", "hq") is None
+    # JSCAN lists it, STATE held filters it, REPLY all shows the state.
+    assert held in jscan_ids(c, "QUEUE", "hq")
+    assert jscan_ids(c, "STATE", "held") == [held]
+    assert held not in jscan_ids(c, "STATE", "active", "STATE", "queued")
+    entry = jscan_ids(c, "STATE", "held", "REPLY", "all")[0]
+    assert entry[:6] == [b"id", held, b"queue", b"hq", b"state", b"held"]
+    # NACK, DEQUEUE and WORKING do not release it.
+    assert c.execute_command("NACK", held) == 0
+    assert c.execute_command("DEQUEUE", held) == 0
+    assert r.call("WORKING", held) == b":5\r\n"
+    assert show(c, held)["state"] == b"held"
+    # ENQUEUE does: queued now, no delivery counted.
+    assert c.execute_command("ENQUEUE", held, GOOD_UNKNOWN) == 1
+    s = show(c, held)
+    assert s["state"] == b"queued" and s["additional-deliveries"] == 0 and s["nacks"] == 0
+    assert c.execute_command("ENQUEUE", held) == 0          # queued already
+    got = c.execute_command("GETJOB", "NOHANG", "WITHCOUNTERS", "FROM", "hq")
+    assert got == [[b"hq", held, b"later", b"nacks", 0, b"additional-deliveries", 0]]
+    assert jscan_ids(c, "STATE", "held") == []
+
+
+def test_held_job_is_not_queued_by_its_delay_or_retry(snode):
+    c = snode.client()
+    held = addjob(c, "hd", "held", "HOLD", "DELAY", 1, "RETRY", 1)
+    witness = addjob(c, "hd", "witness", "DELAY", 1, "RETRY", 1)
+    # The witness is queued by its DELAY, then re-queued by its RETRY...
+    got = c.execute_command("GETJOB", "TIMEOUT", NODE_WAIT_MS, "FROM", "hd")
+    assert got == [[b"hd", witness, b"witness"]]
+    wait_until(lambda: show(c, witness)["additional-deliveries"] == 1)
+    # ...while the held job, created with the same timers, is still held.
+    s = show(c, held)
+    assert s["state"] == b"held" and s["next-requeue-within"] is None
+    assert c.execute_command("QLEN", "hd") == 1
+
+
+def test_release_starts_the_delay_and_retry_clocks(snode):
+    c = snode.client()
+    held = addjob(c, "hr", "b", "HOLD", "DELAY", 1, "RETRY", 1)
+    witness = addjob(c, "hr-witness", "w", "DELAY", 1)
+    # Once a job added with the same DELAY is queued, the held one's DELAY
+    # would have elapsed too, had its clock run.
+    assert c.execute_command("GETJOB", "TIMEOUT", NODE_WAIT_MS, "FROM", "hr-witness")[0][1] \
+        == witness
+    t0 = time.monotonic()
+    assert c.execute_command("ENQUEUE", held) == 1
+    s = show(c, held)
+    assert s["state"] == b"active" and s["delay"] == 1
+    assert 800 <= s["next-requeue-within"] <= 1000
+    got = c.execute_command("GETJOB", "TIMEOUT", NODE_WAIT_MS, "WITHCOUNTERS", "FROM", "hr")
+    assert time.monotonic() - t0 >= 0.9
+    assert got == [[b"hr", held, b"b", b"nacks", 0, b"additional-deliveries", 0]]
+    # Not acked: RETRY brings it back, as any job, counting that redelivery.
+    got = c.execute_command("GETJOB", "TIMEOUT", NODE_WAIT_MS, "WITHCOUNTERS", "FROM", "hr")
+    assert got == [[b"hr", held, b"b", b"nacks", 0, b"additional-deliveries", 1]]
+    assert c.execute_command("ACKJOB", held) == 1
+
+
+def test_held_jobs_end_by_ttl_ack_fastack_and_deljob(snode):
+    c = snode.client()
+    short = addjob(c, "he", "x", "HOLD", "TTL", 1, "RETRY", 0)
+    acked, fast, deleted = (addjob(c, "he", "x", "HOLD") for _ in range(3))
+    assert c.execute_command("ACKJOB", acked) == 1
+    assert c.execute_command("FASTACK", fast) == 1
+    assert c.execute_command("DELJOB", deleted) == 1
+    assert all(show(c, j) is None for j in (acked, fast, deleted))
+    wait_until(lambda: show(c, short) is None)
+    assert c.execute_command("ENQUEUE", acked, fast, deleted, short) == 0
+    assert c.execute_command("QLEN", "he") == 0
+
+
+def test_hold_option_anywhere_among_the_options(snode):
+    c = snode.client()
+    for opts in (("HOLD",), ("hold", "RETRY", 3), ("TTL", 60, "HOLD", "ASYNC")):
+        jid = addjob(c, "ho", "b", *opts)
+        assert show(c, jid)["state"] == b"held"
+    assert err(snode, "ADDJOB", "ho", "b", "0", "HOLD", "HOLD2") == "ERR syntax error"

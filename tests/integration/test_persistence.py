@@ -169,6 +169,36 @@ def test_loaded_jobs_come_back_active_and_are_requeued_by_retry(node_factory):
     assert c.execute_command("SHOW", once)[5] == b"active"
 
 
+def test_held_jobs_stay_held_across_restarts_and_releases_are_kept(node_factory):
+    """(ext) ADDJOB ... HOLD: a kill -9 and a rewrite keep a held job held; a
+    release (ENQUEUE) is logged, so a released job does not come back held."""
+    n = node_factory(appendonly="yes", appendfsync="always")
+    c = n.client()
+    held = c.execute_command("ADDJOB", "hq", "held", 0, "HOLD", "RETRY", 1)
+    released = c.execute_command("ADDJOB", "hq", "released", 0, "HOLD", "RETRY", 1)
+    assert c.execute_command("ENQUEUE", released) == 1
+    n.kill()
+    n.start()
+    c = n.client()
+    assert c.execute_command("SHOW", held)[5] == b"held"
+    assert c.execute_command("SHOW", released)[5] in (b"active", b"queued")
+    # The released one is re-queued by its RETRY, as any loaded job; the held one never.
+    got = c.execute_command("GETJOB", "TIMEOUT", int(WAIT_TIMEOUT * 1000), "FROM", "hq")
+    assert got == [[b"hq", released, b"released"]]
+    assert c.execute_command("ACKJOB", released) == 1
+    assert c.execute_command("BGREWRITEAOF")
+    wait_until(lambda: pinfo(n)["aof_rewrite_in_progress"] == 0)
+    n.kill()
+    n.start()
+    c = n.client()
+    assert c.execute_command("SHOW", held)[5] == b"held"
+    assert c.execute_command("SHOW", released) is None
+    assert c.execute_command("QLEN", "hq") == 0
+    assert c.execute_command("ENQUEUE", held) == 1
+    assert c.execute_command("GETJOB", "NOHANG", "WITHCOUNTERS", "FROM", "hq") == [
+        [b"hq", held, b"held", b"nacks", 0, b"additional-deliveries", 0]]
+
+
 def test_config_set_appendonly_at_run_time(node_factory):
     n = node_factory()
     c = n.client()

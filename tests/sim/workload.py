@@ -2,7 +2,8 @@
 the bookkeeping the SPEC section 9 invariants are checked against.
 
 One seed decides everything: cluster size, jobs, who consumes, who acks where,
-partitions, crashes, message loss. ``Workload(seed).run()`` returns a Report;
+partitions, crashes, message loss. A share of the jobs is added held (ADDJOB
+... HOLD, an extension) and released later by ENQUEUE on a random holder. ``Workload(seed).run()`` returns a Report;
 ``Report.violations`` lists broken invariants, each naming the seed.
 """
 
@@ -12,7 +13,7 @@ import random
 import traceback
 from dataclasses import dataclass, field
 
-from broker.job import ACKED, FLAG_DUMMY_ACK, id_is_at_least_once
+from broker.job import ACKED, FLAG_DUMMY_ACK, HELD, id_is_at_least_once
 from cluster.sim import NetworkConfig, Simulation
 from server.sim_node import broker_factory
 from protocol import bus as B
@@ -35,6 +36,9 @@ class Report:
     moved_redeliveries: int = 0    # redelivered by another node than the previous delivery
     sim_time: int = 0
     persistence: str = "off"       # appendfsync policy of the run, or "off"
+    held: int = 0                  # jobs added with HOLD (acknowledged)
+    released: int = 0              # ...whose ENQUEUE answered 1
+    rereleased: int = 0            # ENQUEUEs sent again, after the heal, for copies still held
 
 
 class Workload:
@@ -80,6 +84,13 @@ class Workload:
         # job may expire while its ADDJOB still waits for copies, which must
         # then answer -NOREPL, never the id (issue 16).
         self.ttl_rng = random.Random(seed ^ 0x7711)
+        # Held jobs (their own stream too): body -> when the first ENQUEUE for
+        # it was sent (None: not yet), and job id -> (time, host) of the
+        # ENQUEUE that answered 1.
+        self.hold_rng = random.Random(seed ^ 0x401D)
+        self.held_bodies: dict[bytes, int | None] = {}
+        self.released: dict[bytes, tuple[int, str]] = {}
+        self.rereleased = 0
 
     # -- helpers --------------------------------------------------------------------
     def live(self, name: str):
@@ -126,6 +137,10 @@ class Workload:
         args = ["ADDJOB", QUEUE, body, 1500, "REPLICATE", repl, "RETRY", retry, "TTL", ttl]
         if is_async:
             args.append("ASYNC")
+        held = self.hold_rng.random() < 0.25
+        if held:
+            args.append("HOLD")
+            self.held_bodies[body] = None
         start = self.sim.now
 
         def done(reply):
@@ -140,9 +155,60 @@ class Workload:
                     self.violation(f"ADDJOB {jid!r} answered with {len(holders)} live copies "
                                    f"< REPLICATE {repl}")
                 self.produced[jid] = {"time": self.sim.now, "repl": repl, "retry": retry,
-                                      "holders": holders, "async": is_async, "ttl": ttl}
+                                      "holders": holders, "async": is_async, "ttl": ttl,
+                                      "held": held, "body": body}
+                if held:
+                    self.later(self.hold_rng.randint(0, 2000), lambda: self.release(jid, body))
 
         self.command(name, args, done)
+
+    def release(self, jid: bytes, body: bytes, attempts: int = 5) -> None:
+        """ENQUEUE a held job on a random live holder (as a producer's commit
+        does), again a little later if no holder answered 1."""
+        if jid in self.released:
+            return
+        holders = self.holders(jid)
+        if not holders:
+            if attempts > 1:
+                self.later(500, lambda: self.release(jid, body, attempts - 1))
+            return
+        name = self.hold_rng.choice(holders)
+        if self.held_bodies[body] is None:
+            self.held_bodies[body] = self.sim.now
+
+        def done(reply):
+            if reply == 1:
+                self.released.setdefault(jid, (self.sim.now, name))
+            elif attempts > 1:
+                self.later(300, lambda: self.release(jid, body, attempts - 1))
+
+        self.command(name, ["ENQUEUE", jid], done)
+        if attempts > 1:
+            # No reply at all (the node crashed): try elsewhere.
+            self.later(1000, lambda: self.release(jid, body, attempts - 1))
+
+    def release_held_copies(self) -> None:
+        """After the heal, every few seconds: a copy still held that should not
+        be (never released anywhere, or its holders missed the release while
+        the releaser died) is released again, as a producer retrying its
+        commit would."""
+        now = self.sim.now
+        self.later(3000, self.release_held_copies)
+        for h in self.sim.hosts.values():
+            if not h.alive:
+                continue
+            for j in list(h.node.node.iter_jobs()):
+                if j.state == HELD and j.id in self.produced:
+                    if j.id in self.released:
+                        if now - self.released[j.id][0] < 3000:
+                            continue        # its QUEUED may be on its way
+                        self.rereleased += 1
+                    if self.held_bodies.get(j.body) is None:
+                        self.held_bodies[j.body] = self.sim.now
+                    jid = j.id
+                    self.command(h.name, ["ENQUEUE", jid], lambda r, jid=jid, n=h.name:
+                                 self.released.setdefault(jid, (self.sim.now, n))
+                                 if r == 1 else None)
 
     # -- consumers ------------------------------------------------------------------
     def consume(self, name: str, incarnation: int) -> None:
@@ -152,9 +218,12 @@ class Workload:
 
         def got(reply):
             if isinstance(reply, list):
-                for _queue, jid, _body in reply:
+                for _queue, jid, body in reply:
                     jid = bytes(jid)
                     self.delivered(jid, name)
+                    if bytes(body) in self.held_bodies and self.held_bodies[bytes(body)] is None:
+                        self.violation(f"held job {jid!r} delivered on {name} before any "
+                                       f"ENQUEUE released it")
                     self.later(self.rng.randint(1, 300), lambda j=jid: self.finish(j, name))
             self.later(self.rng.randint(1, 50), lambda: self.consume(name, incarnation))
 
@@ -254,7 +323,9 @@ class Workload:
 
     def leftovers(self) -> dict:
         """Jobs still held that should be gone: everything but at-most-once jobs
-        delivered and never acked (they wait for their TTL, as specified)."""
+        delivered and never acked (they wait for their TTL, as specified), and
+        held jobs whose producer never learnt the id (a lost ADDJOB reply, a
+        -NOREPL whose DELJOB was lost): nobody releases them, their TTL ends them."""
         left = {}
         for h in self.sim.hosts.values():
             if h.alive and h.node.node.job_count:
@@ -262,7 +333,8 @@ class Workload:
                         if not (j.retry == 0 and j.state != ACKED
                                 and (j.id not in self.acked or self.ack_lost(j.id, h.name))
                                 and (any(d[0] == j.id for d in self.deliveries)
-                                     or self.reloaded(j.id, h.name)))]
+                                     or self.reloaded(j.id, h.name)))
+                        and not (j.state == HELD and j.id not in self.produced)]
                 if jobs:
                     left[h.name] = jobs
         return left
@@ -358,6 +430,7 @@ class Workload:
         sim.net.drop = sim.net.duplicate = 0.0
         for name in self.names:
             self.restart(name)
+        self.later(3000, self.release_held_copies)
         if not sim.run_for(240_000, until=self.quiet, poll=200):
             left = self.leftovers()
             delivered = {d[0] for d in self.deliveries}
@@ -382,7 +455,9 @@ class Workload:
     def report(self) -> Report:
         r = Report(self.seed, self.violations, produced=len(self.produced),
                    deliveries=len(self.deliveries), sim_time=self.sim.now,
-                   persistence=self.fsync)
+                   persistence=self.fsync, released=len(self.released),
+                   held=sum(1 for p in self.produced.values() if p["held"]),
+                   rereleased=self.rereleased)
         seen: dict[bytes, int] = {}
         last: dict[bytes, int] = {}
         where: dict[bytes, str] = {}

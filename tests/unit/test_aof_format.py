@@ -22,7 +22,7 @@ from broker import lifecycle
 from broker.aof_policy import AOFPolicy
 from broker.commands import COMMANDS
 from broker.config import Config
-from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, Job, make_job_id
+from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, FLAG_HELD, HELD, Job, make_job_id
 from broker.node import Node
 from server import aof as aof_mod
 from server import aof_rewrite, check_aof
@@ -241,6 +241,50 @@ def test_enqueue_once_restores_queues_exactly(made):
     assert after == before
     assert all(loaded.get_job(d).state == ACTIVE for d in delivered)
     assert ids_of(loaded) == set(ids)
+
+
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+def test_held_jobs_load_held_and_releases_are_replayed(made, monkeypatch, layout):
+    """(ext) ADDJOB ... HOLD: a held job comes back held, with no timer but its
+    TTL (log or rewrite alike); an E record brings a released one back active,
+    re-queued by its DELAY (else RETRY) from the load; enqueue-once queues it."""
+    monkeypatch.setattr(fmt, "MIN_JOBS_FOR_COLUMNS", 1000 if layout == "rows" else 1)
+    node, clock, aof, c = made
+    held = run(node, c, "ADDJOB", "q", "held", 0, "HOLD", "RETRY", 5).encode()
+    rel = run(node, c, "ADDJOB", "q", "released", 0, "HOLD", "RETRY", 5).encode()
+    late = run(node, c, "ADDJOB", "q", "delayed", 0, "HOLD", "DELAY", 30).encode()
+    clock.now += 1
+    released_at = clock.now
+    assert run(node, c, "ENQUEUE", rel, late) == 2
+    assert aof.data.count(b"E" + rel) == 1
+    log, rewritten = bytes(aof.data), b"".join(fmt_snapshot(node))
+    for image in (log, rewritten):
+        loaded, torn, lclock = load(image, now=clock.now + 10_000)
+        assert torn is None
+        h, r, d = loaded.get_job(held), loaded.get_job(rel), loaded.get_job(late)
+        assert h.state == HELD and h.flags & FLAG_HELD and h.requeue_time == 0
+        assert r.state == ACTIVE and not r.flags & FLAG_HELD
+        assert r.requeue_time == lclock.now + 5000
+        # The log knows the release, not its time: the DELAY runs again from
+        # the load; a rewrite recorded the time the DELAY ends.
+        assert d.state == ACTIVE and d.requeue_time == (
+            lclock.now + 30_000 if image is log else released_at + 30_000)
+        lc = loaded.new_client()
+        advance(loaded, lclock, 31_000)
+        assert [j[1] for j in run(loaded, lc, "QPEEK", "q", 10)] == [rel, late]
+        assert loaded.get_job(held).state == HELD
+    loaded, _, _ = load(bytes(aof.data), now=clock.now + 1000, enqueue_once=True)
+    assert [j.id for j in loaded.queues[b"q"].jobs] == [rel]
+    assert loaded.get_job(held).state == HELD
+
+
+def test_a_job_held_and_released_in_one_flush_is_logged_once(made):
+    node, clock, aof, c = made
+    jid = node.handle_command(c, [b"ADDJOB", b"q", b"b", b"0", b"HOLD"]).encode()
+    node.handle_command(c, [b"ENQUEUE", jid])
+    flush(node)                     # one event-loop turn: the job record says queued
+    loaded, _, _ = load(bytes(aof.data), now=clock.now + 10, enqueue_once=True)
+    assert [j.id for j in loaded.queues[b"q"].jobs] == [jid]
 
 
 def fmt_snapshot(node):

@@ -49,7 +49,8 @@ def _command(rng: random.Random, ids: list[bytes]) -> list:
     if kind < 5:
         argv = [b"ADDJOB", q, b"body-%d" % rng.randrange(10**6), rng.choice((0, 0, 50, 5000))]
         for opt, values in ((b"DELAY", (1, 3)), (b"RETRY", (0, 1, 5)), (b"TTL", (2, 30, 600)),
-                            (b"MAXLEN", (3, 100)), (b"REPLICATE", (1,)), (b"ASYNC", None)):
+                            (b"MAXLEN", (3, 100)), (b"REPLICATE", (1,)), (b"ASYNC", None),
+                            (b"HOLD", None)):
             if rng.random() < 0.2:
                 argv += [opt] if values is None else [opt, rng.choice(values)]
         return argv
