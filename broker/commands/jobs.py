@@ -7,8 +7,10 @@ from broker.commands.args import SYNTAX_ERROR, parse_int, parse_job_ids, parse_t
 from broker.client import Client
 from broker.commands.table import command
 from broker.dispatch import F_DENYOOM, F_FAST, F_WRITE, CommandError
+from broker.idempotency import ERR_KEY_MISSING, key_error
 from broker.job import (
-    ACKED, BADID, DEFAULT_RETRY_MAX, DEFAULT_TTL, FLAG_DUMMY_ACK, WAIT_REPL, valid_job_id,
+    ACKED, BADID, DEFAULT_RETRY_MAX, DEFAULT_TTL, FLAG_DUMMY_ACK, FLAG_KEY_ANSWERED, WAIT_REPL,
+    valid_job_id,
 )
 from broker.queue import PAUSED_IN
 from broker.node import Node
@@ -24,7 +26,7 @@ ERR_MAXLEN = "ERR MAXLEN must be a positive number"
 
 @command("addjob", -4, F_DENYOOM | F_WRITE,
          doc="ADDJOB queue job ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] "
-             "[MAXLEN n] [ASYNC]")
+             "[MAXLEN n] [ASYNC] [IDEMPOTENCY key]")
 def addjob(node: Node, client: Client, argv: list):
     replicate = 0
     delay = 0
@@ -32,6 +34,7 @@ def addjob(node: Node, client: Client, argv: list):
     ttl = DEFAULT_TTL
     maxlen = 0
     is_async = False
+    idem_key: bytes | None = None
     i, argc = 4, len(argv)
     while i < argc:
         opt = argv[i].lower()
@@ -64,6 +67,14 @@ def addjob(node: Node, client: Client, argv: list):
             i += 1
         elif opt == b"async":
             is_async = True
+        elif opt == b"idempotency":     # (ext) see broker/idempotency.py
+            if last:
+                raise CommandError(ERR_KEY_MISSING)
+            idem_key = bytes(argv[i + 1])
+            err = key_error(idem_key)
+            if err is not None:
+                raise CommandError(err)
+            i += 1
         else:
             raise CommandError(SYNTAX_ERROR)
         i += 1
@@ -81,6 +92,10 @@ def addjob(node: Node, client: Client, argv: list):
     if delay >= ttl:
         raise CommandError("ERR The specified DELAY is greater than TTL. Job refused "
                            "since would never be delivered")
+    if idem_key is not None:
+        known = known_add(node, client, argv[1], idem_key)
+        if known is not None:
+            return known
 
     # Leaving, or over 75% of maxmemory, we keep no local copy (SPEC sections 6, 8);
     # for memory only when another node can hold it: a lone node keeps it until OOM.
@@ -104,12 +119,31 @@ def addjob(node: Node, client: Client, argv: list):
 
     now = node.clock()
     job = lifecycle.new_job(node, qname, argv[2], replicate, ttl, delay, retry, now)
+    if idem_key is not None:
+        job.idem_key = idem_key
+        lifecycle.remember_key(node, job, now)
     if replicate > 1 or external:
         # The cluster layer replicates, answers (now if ASYNC) and queues.
         return node.cluster.replicate_new_job(client, job, timeout, is_async, external)
     # One copy, here: it is replicated as soon as it exists.
     lifecycle.add(node, job, now)
     return Status(job.id.decode())
+
+
+def known_add(node: Node, client: Client, queue: bytes, key: bytes):
+    """(ext) A retried ADDJOB: the reply for the job this node knows by
+    (queue, key) - its id, or, while its own ADDJOB here still waits for its
+    copies, that add's outcome when it comes (BLOCKED) - or None: unknown."""
+    jid = node.idempotency.lookup(queue, key, node.clock())
+    if jid is None:
+        return None
+    job = node.get_job(jid)
+    if job is not None and job.state != WAIT_REPL:
+        # The producer has the id from now on: keep this copy (cluster/acks.py).
+        job.flags |= FLAG_KEY_ANSWERED
+    if node.cluster is not None:
+        return node.cluster.known_add(client, jid)
+    return Status(jid.decode())
 
 
 @command("show", 2, F_FAST,
