@@ -76,6 +76,7 @@ from crc32c import crc32c
 
 from broker import lifecycle
 from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, FLAG_DUMMY_ACK, JOB_ID_LEN, QUEUED, SHARDS, Job, job_shard
+from broker.job import FLAG_KEY_ANSWERED  # (ext) kept by a load: see broker/lifecycle.py
 from broker.records import (  # noqa: F401  (part of this module's interface)
     REC_ACK, REC_DEL, REC_DELIVERED, REC_FLUSHALL, REC_JOB_ROWS, REC_JOBS, RECORD_NAMES,
 )
@@ -95,7 +96,7 @@ MAX_BODY_BYTES_PER_RECORD = 8 * 1024 * 1024
 MAX_IDS_PER_RECORD = 65536
 
 # Flags that only describe an exchange in flight; a loaded job starts afresh.
-_KEPT_FLAGS = FLAG_DELIVERED | FLAG_DUMMY_ACK
+_KEPT_FLAGS = FLAG_DELIVERED | FLAG_DUMMY_ACK | FLAG_KEY_ANSWERED
 
 SHARDS_COUNT = SHARDS
 shard_of = job_shard        # the node's job shard of an id

@@ -25,8 +25,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from broker.job import (
-    ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_DUMMY_ACK, FLAG_QUEUED_ONCE,
-    JOB_OVERHEAD, QUEUED, WAIT_REPL, Job, job_from_fields, job_shard, make_job_id,
+    ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_DUMMY_ACK, FLAG_KEY_ANSWERED,
+    FLAG_QUEUED_ONCE, JOB_OVERHEAD, QUEUED, WAIT_REPL, Job, job_from_fields, job_shard,
+    make_job_id,
 )
 from broker.queue import PAUSED_IN, PAUSED_OUT, Queue
 from broker.records import REC_ACK, REC_DEL, REC_DELIVERED, REC_FLUSHALL
@@ -407,6 +408,15 @@ def remember_key(node: Node, job: Job, now: int) -> None:
     key = job.idem_key
     if key is not None:
         node.idempotency.remember(job.queue, key, job.id, job.etime, now)
+
+
+def key_answered(node: Node, job: Job) -> None:
+    """A retried ADDJOB got this copy's id here: the producer counts on it, so
+    its originator's DELJOB (a failed add) no longer deletes it. Logged again
+    (a later record replaces the earlier): a restart keeps the flag."""
+    if not job.flags & FLAG_KEY_ANSWERED:
+        job.flags |= FLAG_KEY_ANSWERED
+        _record_job(node, job)
 
 
 def forget_key(node: Node, job: Job) -> None:

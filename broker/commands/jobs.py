@@ -9,8 +9,7 @@ from broker.commands.table import command
 from broker.dispatch import F_DENYOOM, F_FAST, F_WRITE, CommandError
 from broker.idempotency import ERR_KEY_MISSING, key_error
 from broker.job import (
-    ACKED, BADID, DEFAULT_RETRY_MAX, DEFAULT_TTL, FLAG_DUMMY_ACK, FLAG_KEY_ANSWERED, WAIT_REPL,
-    valid_job_id,
+    ACKED, BADID, DEFAULT_RETRY_MAX, DEFAULT_TTL, FLAG_DUMMY_ACK, WAIT_REPL, valid_job_id,
 )
 from broker.queue import PAUSED_IN
 from broker.node import Node
@@ -138,9 +137,8 @@ def known_add(node: Node, client: Client, queue: bytes, key: bytes):
     if jid is None:
         return None
     job = node.get_job(jid)
-    if job is not None and job.state != WAIT_REPL:
-        # The producer has the id from now on: keep this copy (cluster/acks.py).
-        job.flags |= FLAG_KEY_ANSWERED
+    if job is not None and job.state != WAIT_REPL and job.state != ACKED:
+        lifecycle.key_answered(node, job)
     if node.cluster is not None:
         return node.cluster.known_add(client, jid)
     return Status(jid.decode())
