@@ -103,10 +103,33 @@ def test_the_keys_memory_counts_until_their_ttl(dnode):
     c.close()
 
 
-# ------------------------------------------------------------ three nodes
+# ------------------------------------------------------------ restarts
 @pytest.fixture(scope="module")
 def cluster_factory(tmp_path_factory) -> Iterator[NodeFactory]:
     yield from module_factory(tmp_path_factory, "idemcluster")
+
+
+def test_a_restart_with_aof_keeps_the_keys_of_the_jobs_it_reloads(request, cluster_factory):
+    """kill -9 and restart with an AOF: a retry of a live job's add still gets
+    its id; the key of a job consumed before the restart is gone."""
+    request.node.stash.setdefault(_FACTORIES, []).append(cluster_factory)
+    n = cluster_factory(appendonly="yes", appendfsync="always")
+    c = Client(n.addr)
+    kept = c.add_job("q", "kept", idempotency_key="kept")
+    consumed = c.add_job("q", "consumed", idempotency_key="consumed")
+    c.ack_job(consumed)
+    c.close()
+    n.restart(kill=True)
+    c = Client(n.addr)
+    assert c.add_job("q", "kept", idempotency_key="kept") == kept
+    assert info_jobs(n)["registered_jobs"] == info_jobs(n)["idempotency_keys"] == 1
+    # The consumed job is not reloaded, nor is its key (docs/sdk.md's window).
+    assert c.add_job("q", "consumed", idempotency_key="consumed") != consumed
+    c.close()
+    n.stop()
+
+
+# ------------------------------------------------------------ three nodes
 
 
 @pytest.fixture
