@@ -182,6 +182,28 @@ def test_an_add_retried_across_a_failover(trio, reply):
     consumer.close()
 
 
+def test_a_batch_whose_reply_was_lost_is_added_again_without_duplicates(trio):
+    """add_jobs: A dies with the batch's replies unsent; the keyed items are
+    added again one by one on B, which holds their copies: the same ids."""
+    a, b, c = trio
+    c.client().execute_command("PAUSE", "q", "in")
+    producer = Client([a.addr, b.addr, c.addr], refresh_interval=3600)
+    items = [("q", f"pay {n}", {"idempotency_key": f"order-{n}"}) for n in range(3)]
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(
+        producer.add_jobs(items, replicate=3, retry=1, timeout_ms=0)))
+    t.start()
+    wait_until(lambda: len(queue_ids(b)) == 3, message="B holds the copies")
+    held = queue_ids(b)
+    a.kill()
+    t.join(WAIT_TIMEOUT)
+    (ids,) = out
+    assert {i.encode() for i in ids} == held and len(ids) == 3
+    c.client().execute_command("PAUSE", "q", "none")
+    assert queue_ids(b) | queue_ids(c) == held
+    producer.close()
+
+
 @pytest.mark.parametrize("outcome", ["replicated", "noreply"])
 def test_a_retry_while_the_first_add_waits_gets_its_outcome(trio, outcome):
     """On the node where the first add still waits for its copies, the retry
