@@ -24,6 +24,8 @@ All integers are little endian. Record types:
     j  job creations, a few (1..15): msgpack of a list of rows, one per job:
        [id, queue, body, state, flags, repl, etime, ctime, delay, retry, nacks,
         additional-deliveries, requeue-time, nodes-delivered (list or None)]
+       and, when a job of the record has an IDEMPOTENCY key (ext), one more
+       field in every row: the key or None
     D  deletions (evictions of any kind): job ids, 40 bytes each, back to back
     A  acknowledgements: job ids, as D
     R  deliveries of RETRY 0 jobs (never to be queued again): job ids, as D
@@ -34,6 +36,9 @@ A ``J`` body is a msgpack list of columns, one entry per job in each column::
 
     [ids, queue-names, queue-index, bodies, state, flags, repl, etime, ctime,
      delay, retry, nacks, additional-deliveries, requeue-time, nodes]
+
+and, when a job of the batch has an IDEMPOTENCY key (ext), one more column:
+the key or None per job. Records of jobs without keys keep the layout above.
 
 ``queue-names`` lists each distinct queue once and ``queue-index`` points into it
 (0 when every job is in the first queue); an all-zero integer column is stored as
@@ -73,6 +78,7 @@ from crc32c import crc32c
 from broker import lifecycle
 from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, FLAG_DUMMY_ACK, JOB_ID_LEN, QUEUED, SHARDS, Job, job_shard
 from broker.job import FLAG_HELD, HELD
+from broker.job import FLAG_KEY_ANSWERED  # (ext) kept by a load: see broker/lifecycle.py
 from broker.records import (  # noqa: F401  (part of this module's interface)
     REC_ACK, REC_DEL, REC_DELIVERED, REC_FLUSHALL, REC_JOB_ROWS, REC_JOBS, RECORD_NAMES,
 )
@@ -93,7 +99,7 @@ MAX_BODY_BYTES_PER_RECORD = 8 * 1024 * 1024
 MAX_IDS_PER_RECORD = 65536
 
 # Flags that only describe an exchange in flight; a loaded job starts afresh.
-_KEPT_FLAGS = FLAG_DELIVERED | FLAG_DUMMY_ACK | FLAG_HELD
+_KEPT_FLAGS = FLAG_DELIVERED | FLAG_DUMMY_ACK | FLAG_HELD | FLAG_KEY_ANSWERED
 
 SHARDS_COUNT = SHARDS
 shard_of = job_shard        # the node's job shard of an id
@@ -142,14 +148,19 @@ def _encode_job_batch(jobs: list) -> bytes:
         _col([j.requeue_time for j in jobs]),
         nodes,
     ]
+    if any(j.idem_key is not None for j in jobs):
+        cols.append([j.idem_key for j in jobs])
     return encode_record(b"J" + msgpack.packb(cols))
 
 
 def _encode_job_rows(jobs: list) -> bytes:
-    return encode_record(b"j" + msgpack.packb([
-        [j.id, j.queue, j.body, j.state, j.flags, j.repl, j.etime, j.ctime, j.delay,
-         j.retry, j.nacks, j.additional_deliveries, j.requeue_time,
-         list(j.nodes_delivered) if j.nodes_delivered else None] for j in jobs]))
+    rows = [[j.id, j.queue, j.body, j.state, j.flags, j.repl, j.etime, j.ctime, j.delay,
+             j.retry, j.nacks, j.additional_deliveries, j.requeue_time,
+             list(j.nodes_delivered) if j.nodes_delivered else None] for j in jobs]
+    if any(j.idem_key is not None for j in jobs):
+        for row, j in zip(rows, jobs):
+            row.append(j.idem_key)
+    return encode_record(b"j" + msgpack.packb(rows))
 
 
 def _encode_segment(jobs: list) -> bytes:
@@ -396,17 +407,19 @@ class Scanner:
 def decode_jobs(payload) -> list:
     """The columns of a J or j payload (type byte included): ids, queues, bodies,
     state, flags, repl, etime, ctime, delay, retry, nacks, additional-deliveries,
-    requeue-time (lists, tuples or iterators; an all-zero column may be the int 0), and
-    nodes-delivered (None, or a list of node-id lists/None per job)."""
+    requeue-time (lists, tuples or iterators; an all-zero column may be the int 0),
+    nodes-delivered (None, or a list of node-id lists/None per job), and when the
+    record has them the IDEMPOTENCY keys (a key or None per job)."""
     data = msgpack.unpackb(payload[1:])
     if payload[0] == REC_JOB_ROWS:
-        if not isinstance(data, list) or not data or any(len(r) != 14 for r in data):
+        if (not isinstance(data, list) or not data or len(data[0]) not in (14, 15)
+                or any(len(r) != len(data[0]) for r in data)):
             raise ValueError("bad job rows layout")
         cols = list(zip(*data))
         nodes = cols[13]
         cols[13] = None if not any(nodes) else list(nodes)
         return cols
-    if not isinstance(data, list) or len(data) != 15:
+    if not isinstance(data, list) or len(data) not in (15, 16):
         raise ValueError("bad job record layout")
     ids = data[0]
     n = len(ids)
@@ -461,6 +474,7 @@ class Loader:
         self.enqueue_once = enqueue_once
         self.scanner = Scanner()
         self.to_queue: list = []
+        self.keyed: list = []       # (ext) jobs with an IDEMPOTENCY key, mapped at the end
         self.etimes: dict = {}      # int interning: jobs share expire-time objects
         self.stats = {"records": 0, "jobs": 0, "deleted": 0, "acked": 0,
                       "expired": 0, "flushall": 0}
@@ -537,6 +551,16 @@ class Loader:
             for j, nd in zip(jobs, nodes):
                 if nd:
                     j.nodes_delivered = set(nd)
+        if len(cols) > 14:
+            keys = cols[14]
+            if len(keys) != n:
+                raise ValueError("column length mismatch")
+            for j, k in zip(jobs, keys):
+                if k is not None:
+                    if type(k) is not bytes:
+                        raise ValueError("bad idempotency key")
+                    j.idem_key = k
+                    self.keyed.append(j)
         if self.enqueue_once and QUEUED in state:
             self.to_queue.extend(j for j, s in zip(jobs, state) if s == QUEUED)
         plain = (nodes is None and not has_acked and not has_held
@@ -575,6 +599,12 @@ class Loader:
         if self.to_queue:
             lifecycle.restore_queued(self.node, self.to_queue, self.now)
             self.to_queue = []
+        # (ext) The keys of the jobs this load kept (not of jobs deleted later
+        # in the log: a failed add's copies among them).
+        for job in self.keyed:
+            if self.node.is_registered(job):
+                lifecycle.remember_key(self.node, job, self.now)
+        self.keyed = []
         self.etimes = {}
 
 

@@ -37,6 +37,10 @@ FLAG_QUEUED_ONCE = 16     # queued here before: ENQUEUE again is an additional d
 # live (HELD); the flag is what REPLJOB carries while the origin's copy still
 # waits for replication (its state is wait-repl then).
 FLAG_HELD = 32
+# (ext) this node answered a retried ADDJOB (IDEMPOTENCY) with this copy's id: the
+# producer holds the id, so a DELJOB of the unacked copy (its originator's failed
+# add) no longer deletes it (cluster/acks.py)
+FLAG_KEY_ANSWERED = 128
 
 BADID = "BADID Invalid Job ID format."
 
@@ -119,6 +123,7 @@ class Job:
         "id", "queue", "body", "state", "flags", "repl", "etime", "ctime", "delay",
         "retry", "nacks", "additional_deliveries", "nodes_delivered",
         "nodes_confirmed", "requeue_time", "gc_time", "gc_retry", "timer", "timer_slot",
+        "idem_key",
     )
 
     def __init__(self, jid: bytes, queue: bytes, body: bytes, state: int, repl: int,
@@ -146,6 +151,8 @@ class Job:
         # The timer-wheel chunk holding it and its index there (broker/timers.py).
         self.timer: list | None = None
         self.timer_slot = 0
+        # (ext) ADDJOB ... IDEMPOTENCY key: the producer's key (broker/idempotency.py)
+        self.idem_key: bytes | None = None
 
     @property
     def state_name(self) -> bytes:
@@ -166,12 +173,17 @@ JOB_OVERHEAD = 320
 
 def job_to_fields(job: Job) -> list:
     """A compact, msgpack-friendly list of every field needed to rebuild the job
-    (bus REPLJOB/YOURJOBS and AOF records share it)."""
-    return [
+    (bus REPLJOB/YOURJOBS and AOF records share it). A job added with an
+    IDEMPOTENCY key has one more field, the key: a job without one has the
+    layout peers without the extension know."""
+    fields = [
         job.id, job.queue, job.body, job.state, job.flags, job.repl, job.etime,
         job.ctime, job.delay, job.retry, job.nacks, job.additional_deliveries,
         sorted(job.nodes_delivered) if job.nodes_delivered else None, job.requeue_time,
     ]
+    if job.idem_key is not None:
+        fields.append(job.idem_key)
+    return fields
 
 
 def job_from_fields(f: list) -> Job:
@@ -182,4 +194,6 @@ def job_from_fields(f: list) -> Job:
     job.nacks = f[10]
     job.additional_deliveries = f[11]
     job.nodes_delivered = set(f[12]) if f[12] else None
+    if len(f) > 14:
+        job.idem_key = bytes(f[14])
     return job

@@ -30,8 +30,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from broker.job import (
-    ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_DUMMY_ACK, FLAG_QUEUED_ONCE,
-    JOB_OVERHEAD, QUEUED, WAIT_REPL, Job, job_from_fields, job_shard, make_job_id,
+    ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_DUMMY_ACK, FLAG_KEY_ANSWERED,
+    FLAG_QUEUED_ONCE, JOB_OVERHEAD, QUEUED, WAIT_REPL, Job, job_from_fields, job_shard,
+    make_job_id,
 )
 from broker.job import FLAG_HELD, HELD
 from broker.queue import PAUSED_IN, PAUSED_OUT, Queue
@@ -190,6 +191,7 @@ def adopt_replica(node: Node, fields: list, now: int) -> Job:
         job.requeue_time = start + job.retry * 1000 + jitter(node)
     _register(node, job)
     _record_job(node, job)
+    remember_key(node, job, now)
     return job
 
 
@@ -216,6 +218,7 @@ def adopt_moved(node: Node, fields: list, sender: str, now: int):
     job.nodes_confirmed = None
     _register(node, job)
     _record_job(node, job)
+    remember_key(node, job, now)
     return job
 
 
@@ -443,6 +446,8 @@ def delete(node: Node, job: Job) -> None:
     node.timers.cancel(job)
     if node.persist:
         node.records.append((REC_DEL, job.id))
+    if job.state == WAIT_REPL:
+        forget_key(node, job)       # its ADDJOB failed: the job never existed
     if node.cluster is not None:
         node.cluster.job_deleted(job)
 
@@ -465,8 +470,35 @@ def flush_all(node: Node, record: bool = True) -> None:
     for q in node.queues.values():
         q.jobs.clear()
     node.queues = {name: q for name, q in node.queues.items() if q.blocked}
+    node.idempotency.clear()
     if record and node.persist:
         node.records.append((REC_FLUSHALL, None))
+
+
+# ------------------------------------------- (ext) IDEMPOTENCY keys of jobs
+def remember_key(node: Node, job: Job, now: int) -> None:
+    """A job added with a key is here (created, or a copy arrived): the key
+    names it until the job's TTL, even once it is acked and deleted."""
+    key = job.idem_key
+    if key is not None:
+        node.idempotency.remember(job.queue, key, job.id, job.etime, now)
+
+
+def key_answered(node: Node, job: Job) -> None:
+    """A retried ADDJOB got this copy's id here: the producer counts on it, so
+    its originator's DELJOB (a failed add) no longer deletes it. Logged again
+    (a later record replaces the earlier): a restart keeps the flag."""
+    if not job.flags & FLAG_KEY_ANSWERED:
+        job.flags |= FLAG_KEY_ANSWERED
+        _record_job(node, job)
+
+
+def forget_key(node: Node, job: Job) -> None:
+    """The job's add failed (-NOREPL, or its originator deleted the unacked
+    copies): a retry must create it, not get the id of a job that is gone."""
+    key = job.idem_key
+    if key is not None:
+        node.idempotency.forget(job.queue, key, job.id)
 
 
 # -------------------------------------------------------------------- timers

@@ -29,6 +29,7 @@ from mypy_extensions import mypyc_attr
 from broker import lifecycle
 from broker.client import Client
 from broker.dispatch import F_DENYOOM, F_LOADING, F_NOAUTH, CommandError, dispatch_error
+from broker.idempotency import IdempotencyKeys
 from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, SHARDS, Job, job_shard, random_node_id
 from broker.queue import PAUSED_OUT, Queue
 from broker.timers import TimerWheel
@@ -125,6 +126,8 @@ class Node:
         self._shrink_cursor = 0             # next job shard shrink_job_shards looks at
         self.queues: dict[bytes, Queue] = {}
         self.timers = TimerWheel(now)
+        # (ext) ADDJOB ... IDEMPOTENCY: (queue, key) -> job id, for the job's TTL
+        self.idempotency: IdempotencyKeys = IdempotencyKeys()
         self.clients: dict[int, Client] = {}
         self.outbox: list = []              # (client, reply) for clients other than the caller
         self.ready_queues: list[Queue] = []  # got jobs while clients were blocked on them
@@ -457,6 +460,8 @@ class Node:
                 break
         if self.config.maxmemory and self.memory_level() >= 2:
             self.evict(now)
+        if self.idempotency.expiries:
+            self.idempotency.expire(now)
         self.shrink_job_shards()
         mem = self.jobs_memory
         if mem > self.jobs_memory_peak:
@@ -481,7 +486,8 @@ class Node:
 
     # ------------------------------------------------------------------ memory
     def used_memory(self) -> int:
-        return BASE_MEMORY + self.jobs_memory + len(self.queues) * QUEUE_OVERHEAD
+        return (BASE_MEMORY + self.jobs_memory + len(self.queues) * QUEUE_OVERHEAD
+                + self.idempotency.memory)
 
     def memory_level(self) -> int:
         """0 below 75% of maxmemory, 1 above 75% (external replication), 2 above

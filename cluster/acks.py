@@ -16,7 +16,7 @@ or every node answered that it does not know the job.
 from __future__ import annotations
 
 from broker import lifecycle
-from broker.job import ACKED, FLAG_DUMMY_ACK, id_is_at_least_once, ttl_from_id
+from broker.job import ACKED, FLAG_DUMMY_ACK, FLAG_KEY_ANSWERED, id_is_at_least_once, ttl_from_id
 from broker.lifecycle import GC_FIRST_MS
 from cluster import replication
 from protocol import bus as B
@@ -113,6 +113,13 @@ def on_deljob(cluster, sender: str, jid, now: int) -> None:
     broker = cluster.broker
     job = broker.get_job(jid)
     if job is not None:
+        if job.state != ACKED:
+            # (ext) Not an ack GC: the originator's ADDJOB failed (or a FASTACK):
+            # unless a retry of that add got this copy's id here, the job is gone
+            # for the producer and its IDEMPOTENCY key with it.
+            if job.flags & FLAG_KEY_ANSWERED:
+                return
+            lifecycle.forget_key(broker, job)
         cluster.dummy_acks.pop(job.id, None)
         lifecycle.delete(broker, job)
     elif jid in cluster.pending:

@@ -301,6 +301,9 @@ class Cluster:
     # (client, job, timeout, is_async, external) -> reply or BLOCKED; the module
     # function itself, so ADDJOB pays no extra call on its hot path.
     replicate_new_job = replication.replicate_new_job
+    # (ext) (client, job id) -> reply or BLOCKED: an ADDJOB retried with the
+    # IDEMPOTENCY key of a job this node knows.
+    known_add = replication.known_add
 
     def job_queued(self, job) -> None:
         requeue.job_queued(self, job)

@@ -8,6 +8,10 @@ REPLJOB to every holder that has not confirmed. On timeout the client gets
 
 External replication (over 75% memory, or leaving): no local copy; once the
 copies are confirmed one holder is told to queue the job (ENQUEUE).
+
+(ext) A retried ADDJOB with the IDEMPOTENCY key of an add still pending here
+follows it (``known_add``): it gets the same outcome, the id once the copies
+are confirmed or the same error, and a failed add forgets its key.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 from collections import deque
 
 from broker import lifecycle
+from broker.idempotency import IdempotencyKeys
 from broker.job import ACKED, QUEUED, WAIT_REPL, job_to_fields
 from broker.job import FLAG_HELD, HELD
 from broker.node import BLOCKED
@@ -38,7 +43,8 @@ NOREPL_LEAVING = Error("NOREPL Not enough reachable nodes for the requested repl
 class PendingAdd:
     """An ADDJOB whose copies are not all confirmed yet."""
 
-    __slots__ = ("job", "client", "deadline", "is_async", "external", "next_widen", "reply")
+    __slots__ = ("job", "client", "deadline", "is_async", "external", "next_widen", "reply",
+                 "followers")
 
     def __init__(self, job, client, deadline, is_async, external, next_widen) -> None:
         self.job = job
@@ -48,12 +54,23 @@ class PendingAdd:
         self.external = external        # no local copy
         self.next_widen = next_widen
         self.reply = None               # set when it ends, until the client gets it
+        self.followers: list = []       # (ext) retries of this add (IDEMPOTENCY key)
 
 
 def _answer(cluster, p: PendingAdd, reply) -> None:
     """The waiting client's reply. A client may have several sync ADDJOBs
     waiting (a pipeline of them, see server/resp.py): their replies leave in
-    the order the commands came, whatever order their copies are confirmed in."""
+    the order the commands came, whatever order their copies are confirmed in.
+    The add's followers (retries with its IDEMPOTENCY key) get the same reply;
+    if it is an error, the key is forgotten: a retry must create the job."""
+    if p.followers:
+        followers, p.followers = p.followers, []
+        for f in followers:
+            _answer(cluster, f, reply)
+    job = p.job
+    if job.idem_key is not None and reply.__class__ is Error:
+        idempotency: IdempotencyKeys = cluster.broker.idempotency
+        idempotency.forget(job.queue, job.idem_key, job.id)
     client = p.client
     if client is None:
         return
@@ -64,6 +81,25 @@ def _answer(cluster, p: PendingAdd, reply) -> None:
         cluster.broker.outbox.append((client, waiting.popleft().reply))
     if not waiting:
         del cluster.waiting_adds[client]
+
+
+def _waited(p: PendingAdd) -> bool:
+    """Someone still waits for this add's outcome: its client, or a retry."""
+    return p.client is not None or bool(p.followers)
+
+
+def known_add(cluster, client, jid: bytes):
+    """(ext) An ADDJOB whose IDEMPOTENCY key names job `jid`: if that job's own
+    sync ADDJOB still waits here for its copies, this one waits for the same
+    outcome (BLOCKED, answered in order with the client's other adds); else
+    the id, at once."""
+    p = cluster.pending.get(jid)
+    if p is None or p.is_async:
+        return Status(jid.decode())
+    f = PendingAdd(p.job, client, 0, False, p.external, 0)
+    p.followers.append(f)
+    cluster.waiting_adds.setdefault(client, deque()).append(f)
+    return BLOCKED
 
 
 def replicate_new_job(cluster, client, job, timeout: int, is_async: bool, external: bool):
@@ -124,7 +160,7 @@ def abort(cluster, p: PendingAdd, reply) -> None:
 def abort_all(cluster, reply) -> None:
     """Every pending ADDJOB still waiting for its client (CLUSTER RESET, the node
     starting to leave); ASYNC ones, answered already, are left to finish."""
-    for p in [p for p in cluster.pending.values() if p.client is not None]:
+    for p in [p for p in cluster.pending.values() if _waited(p)]:
         abort(cluster, p, reply)
 
 
@@ -136,7 +172,7 @@ def job_deleted(cluster, job) -> None:
     if p is None or p.job is not job:
         return
     del cluster.pending[job.id]
-    if p.client is None:
+    if not _waited(p):
         return                          # ASYNC: answered at once
     if job.state == ACKED:
         _answer(cluster, p, Status(job.id.decode()))
@@ -149,7 +185,7 @@ def jobs_flushed(cluster) -> None:
     """DEBUG FLUSHALL, CLUSTER RESET HARD: every job goes, pending ones too."""
     for p in list(cluster.pending.values()):
         del cluster.pending[p.job.id]
-        if p.client is not None:
+        if _waited(p):
             cluster.send_many(cluster.others_of(p.job), B.DELJOB, p.job.id)
             _answer(cluster, p, NOREPL_REMOVED)
 

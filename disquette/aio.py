@@ -20,7 +20,7 @@ from .commands import (
     Request, _parse_scan, batch_requests, peek_request, scan_args, take_request,
 )
 from .dead_letters import DeadLetter
-from .errors import AddJobsError, DisqueError, reply_error
+from .errors import AddJobsError, DisqueError, ReplyLostError, reply_error
 from .job import Job
 
 DEFAULT_BATCH = 1000
@@ -189,6 +189,13 @@ class AsyncClient(ClientBase):
                 results += await self._with_failover(self._attempt_batch, chunk, start)
             except DisqueError as e:  # no node reachable: nothing of this batch sent
                 results += [tag_item(e, start + i, r) for i, r in enumerate(chunk)]
+        for i, r in enumerate(results):
+            if isinstance(r, ReplyLostError) and reqs[i].resend:
+                # An item with an idempotency_key: safe to add again, elsewhere.
+                try:
+                    results[i] = await self._run(reqs[i])
+                except DisqueError as e:
+                    results[i] = tag_item(e, i, reqs[i])
         if raise_on_error and any(isinstance(r, Exception) for r in results):
             raise AddJobsError(results)
         return results

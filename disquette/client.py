@@ -19,7 +19,7 @@ from .commands import (
     Request, _parse_scan, batch_requests, peek_request, scan_args, take_request,
 )
 from .dead_letters import DeadLetter
-from .errors import AddJobsError, DisqueError, reply_error
+from .errors import AddJobsError, DisqueError, ReplyLostError, reply_error
 from .job import Job
 
 DEFAULT_BATCH = 1000
@@ -152,6 +152,9 @@ class Client(ClientBase):
         :class:`ReplyLostError` (the connection broke after its batch was
         sent: indeterminate); it carries ``index`` and ``queue``.  A batch is
         never re-sent; the batches after a lost connection go to another node.
+        Items with an ``idempotency_key`` (in their options or ``defaults``: a
+        key per job) whose reply was lost are the exception: each is added
+        again on its own, as ``add_job`` retries (see its doc).
         With synchronous replication (REPLICATE > 1) the node answers a
         pipeline one job at a time: use ``asynchronous=True`` or several
         clients for throughput.
@@ -165,6 +168,13 @@ class Client(ClientBase):
                 results += self._with_failover(self._attempt_batch, chunk, start)
             except DisqueError as e:  # no node reachable: nothing of this batch sent
                 results += [tag_item(e, start + i, r) for i, r in enumerate(chunk)]
+        for i, r in enumerate(results):
+            if isinstance(r, ReplyLostError) and reqs[i].resend:
+                # An item with an idempotency_key: safe to add again, elsewhere.
+                try:
+                    results[i] = self._run(reqs[i])
+                except DisqueError as e:
+                    results[i] = tag_item(e, i, reqs[i])
         if raise_on_error and any(isinstance(r, Exception) for r in results):
             raise AddJobsError(results)
         return results

@@ -19,6 +19,9 @@ from .topology import parse_hello
 
 ADD_OPTIONS = ("replicate", "delay", "retry", "ttl", "maxlen")
 ADD_DEFAULT_TIMEOUT_MS = 5000
+# The broker's bound on an IDEMPOTENCY key (broker/idempotency.py), checked
+# here too so that a bad key fails before anything is sent.
+IDEMPOTENCY_KEY_MAX_BYTES = 256
 
 
 class Request(NamedTuple):
@@ -40,17 +43,40 @@ def addjob_args(queue: str, raw: bytes, timeout_ms: int, options: dict[str, Any]
         args.append("ASYNC")
     if options.get("hold"):
         args.append("HOLD")     # (ext) held until ENQUEUE releases it
+    key = options.get("idempotency_key")
+    if key is not None:
+        args += ["IDEMPOTENCY", key]
     return args
+
+
+def idempotency_key(key: Any) -> bytes | None:
+    """``add_job(..., idempotency_key=...)``: str (UTF-8) or bytes, 1 to 256
+    bytes, or None (no key)."""
+    if key is None:
+        return None
+    if isinstance(key, str):
+        key = key.encode()
+    elif not isinstance(key, (bytes, bytearray, memoryview)):
+        raise TypeError(f"idempotency_key must be str or bytes, not {type(key).__name__}")
+    key = bytes(key)
+    if not 0 < len(key) <= IDEMPOTENCY_KEY_MAX_BYTES:
+        raise ValueError(f"idempotency_key must be 1 to {IDEMPOTENCY_KEY_MAX_BYTES} bytes "
+                         f"long, not {len(key)}")
+    return key
 
 
 def addjob_request(serializer: Any, queue: str, body: Any, timeout_ms: int | None,
                    options: dict[str, Any]) -> Request:
     timeout_ms = ADD_DEFAULT_TIMEOUT_MS if timeout_ms is None else int(timeout_ms)
-    unknown = set(options) - set(ADD_OPTIONS) - {"asynchronous", "hold"}
+    unknown = set(options) - set(ADD_OPTIONS) - {"asynchronous", "hold", "idempotency_key"}
     if unknown:
         raise TypeError(f"unknown add_job option(s): {', '.join(sorted(unknown))}")
-    args = addjob_args(queue, serializer.encode(body), timeout_ms, options)
-    return Request(tuple(args), _parse_text, resend=False,
+    key = idempotency_key(options.get("idempotency_key"))
+    args = addjob_args(queue, serializer.encode(body), timeout_ms,
+                       {**options, "idempotency_key": key})
+    # With a key a lost reply is safe to send again, to another node: a node
+    # that knows the key answers the first add's id (docs/sdk.md, its window).
+    return Request(tuple(args), _parse_text, resend=key is not None,
                    timeout=None if timeout_ms == 0 else timeout_ms / 1000, add=True)
 
 
@@ -245,7 +271,8 @@ class Commands:
     def add_job(self, queue: str, body: Any, timeout_ms: int | None = None, *,
                 replicate: int | None = None, delay: int | None = None,
                 retry: int | None = None, ttl: int | None = None, maxlen: int | None = None,
-                asynchronous: bool = False, hold: bool = False) -> Any:
+                asynchronous: bool = False, hold: bool = False,
+                idempotency_key: str | bytes | None = None) -> Any:
         """ADDJOB: add a job; returns its id once ``replicate`` nodes hold a copy
         (at once with ``asynchronous=True``).
 
@@ -255,7 +282,11 @@ class Commands:
         refuses (NoReplicationError, QueuePausedError, MaxLenError,
         OutOfMemoryError...), :class:`ReplyLostError` when the connection failed
         after sending (the job may exist), :class:`NoNodeAvailableError` when no
-        node could be reached (it does not).  Never sent twice.
+        node could be reached (it does not).  Never sent twice, unless it has an
+        ``idempotency_key`` (str or bytes, up to 256 bytes): then a lost reply is
+        retried on another node, which answers the first add's id if it holds a
+        copy of that job (or knew it, for the job's TTL), so the retry creates
+        no second job (the window where it can is in docs/sdk.md).
 
         ``hold=True`` (a Disquette extension, ADDJOB ... HOLD): the job is
         replicated but held, never delivered until :meth:`enqueue` on any
@@ -263,7 +294,8 @@ class Commands:
         """
         return self._run(addjob_request(self.serializer, queue, body, timeout_ms, {
             "replicate": replicate, "delay": delay, "retry": retry, "ttl": ttl,
-            "maxlen": maxlen, "asynchronous": asynchronous, "hold": hold}))
+            "maxlen": maxlen, "asynchronous": asynchronous, "hold": hold,
+            "idempotency_key": idempotency_key}))
 
     # -- consuming
     def get_jobs(self, *queues: str, count: int | None = None, timeout_ms: int | None = 0,

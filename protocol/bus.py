@@ -218,10 +218,17 @@ _JOB_INTS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 13)
 
 def _job_fields(f) -> bool:
     """broker/job.py's job_to_fields: id, queue, body, state, flags, repl, etime,
-    ctime, delay, retry, nacks, additional-deliveries, nodes-delivered, requeue time."""
-    return (type(f) is list and len(f) == 14 and _job_id(f[0]) and type(f[1]) is bytes
+    ctime, delay, retry, nacks, additional-deliveries, nodes-delivered, requeue time,
+    and (ext) the IDEMPOTENCY key when the job has one."""
+    return (type(f) is list and (len(f) == 14 or (len(f) == 15 and _idem_key(f[14])))
+            and _job_id(f[0]) and type(f[1]) is bytes
             and type(f[2]) is bytes and all(type(f[i]) is int for i in _JOB_INTS)
             and _node_ids(f[12]))
+
+
+def _idem_key(x) -> bool:
+    """(ext) An ADDJOB IDEMPOTENCY key: 1 to 256 bytes (broker/idempotency.py)."""
+    return type(x) is bytes and 0 < len(x) <= 256
 
 
 def _id_and_int(p) -> bool:

@@ -9,6 +9,7 @@ from broker.commands.args import (
 from broker.client import Client
 from broker.commands.table import command
 from broker.dispatch import F_DENYOOM, F_FAST, F_WRITE, CommandError
+from broker.idempotency import ERR_KEY_MISSING, key_error
 from broker.job import (
     ACKED, BADID, DEFAULT_RETRY_MAX, DEFAULT_TTL, FLAG_DUMMY_ACK, WAIT_REPL, valid_job_id,
 )
@@ -26,7 +27,7 @@ ERR_MAXLEN = "ERR MAXLEN must be a positive number"
 
 @command("addjob", -4, F_DENYOOM | F_WRITE,
          doc="ADDJOB queue job ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] "
-             "[MAXLEN n] [ASYNC] [HOLD]")
+             "[MAXLEN n] [ASYNC] [HOLD] [IDEMPOTENCY key]")
 def addjob(node: Node, client: Client, argv: list):
     replicate = 0
     delay = 0
@@ -35,6 +36,7 @@ def addjob(node: Node, client: Client, argv: list):
     maxlen = 0
     is_async = False
     hold = False
+    idem_key: bytes | None = None
     i, argc = 4, len(argv)
     while i < argc:
         opt = argv[i].lower()
@@ -69,6 +71,14 @@ def addjob(node: Node, client: Client, argv: list):
             is_async = True
         elif opt == b"hold":
             hold = True         # (ext) held until an ENQUEUE releases it
+        elif opt == b"idempotency":     # (ext) see broker/idempotency.py
+            if last:
+                raise CommandError(ERR_KEY_MISSING)
+            idem_key = bytes(argv[i + 1])
+            err = key_error(idem_key)
+            if err is not None:
+                raise CommandError(err)
+            i += 1
         else:
             raise CommandError(SYNTAX_ERROR)
         i += 1
@@ -88,6 +98,10 @@ def addjob(node: Node, client: Client, argv: list):
                            "since would never be delivered")
     ttl = min(ttl, MAX_SECONDS)
     delay, retry = min(delay, ttl - 1), min(retry, MAX_SECONDS)
+    if idem_key is not None:
+        known = known_add(node, client, argv[1], idem_key)
+        if known is not None:
+            return known
 
     # Leaving, or over 75% of maxmemory, we keep no local copy (SPEC sections 6, 8);
     # for memory only when another node can hold it: a lone node keeps it until OOM.
@@ -113,12 +127,30 @@ def addjob(node: Node, client: Client, argv: list):
     job = lifecycle.new_job(node, qname, argv[2], replicate, ttl, delay, retry, now)
     if hold:
         lifecycle.hold(job)
+    if idem_key is not None:
+        job.idem_key = idem_key
+        lifecycle.remember_key(node, job, now)
     if replicate > 1 or external:
         # The cluster layer replicates, answers (now if ASYNC) and queues.
         return node.cluster.replicate_new_job(client, job, timeout, is_async, external)
     # One copy, here: it is replicated as soon as it exists.
     lifecycle.add(node, job, now)
     return Status(job.id.decode())
+
+
+def known_add(node: Node, client: Client, queue: bytes, key: bytes):
+    """(ext) A retried ADDJOB: the reply for the job this node knows by
+    (queue, key) - its id, or, while its own ADDJOB here still waits for its
+    copies, that add's outcome when it comes (BLOCKED) - or None: unknown."""
+    jid = node.idempotency.lookup(queue, key, node.clock())
+    if jid is None:
+        return None
+    job = node.get_job(jid)
+    if job is not None and job.state != WAIT_REPL and job.state != ACKED:
+        lifecycle.key_answered(node, job)
+    if node.cluster is not None:
+        return node.cluster.known_add(client, jid)
+    return Status(jid.decode())
 
 
 @command("show", 2, F_FAST,

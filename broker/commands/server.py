@@ -70,7 +70,9 @@ def _section_memory(node, now):
 
 
 def _section_jobs(node, now):
-    return [("registered_jobs", node.job_count)]
+    return [("registered_jobs", node.job_count),
+            # (ext) ADDJOB ... IDEMPOTENCY keys this node maps to a job id
+            ("idempotency_keys", len(node.idempotency))]
 
 
 def _section_queues(node, now):

@@ -109,3 +109,19 @@ def test_a_bug_in_a_handler_fails_the_seed(monkeypatch):
     report = Workload(7).run()
     assert any("internal error" in v and "injected bug" in v for v in report.violations), \
         report.violations
+
+
+def test_retried_adds_with_a_key_create_no_second_job_where_a_copy_is(monkeypatch):
+    """(ext) ADDJOB ... IDEMPOTENCY: a share of the adds is sent again with its
+    key to some node; where that node holds a copy of the job, no second job
+    is created (Workload.retry_add checks it exactly). The check is real: a
+    node that ignored the keys it knows fails it."""
+    from cluster.cluster import Cluster
+
+    seeds = range(60)
+    reports = [Workload(seed).run() for seed in seeds]
+    assert sum(r.key_retries for r in reports) > 60
+    assert not [v for r in reports for v in r.violations]
+    monkeypatch.setattr(Cluster, "known_add", lambda cluster, client, jid: None)
+    broken = [v for seed in seeds for v in Workload(seed).run().violations]
+    assert any("created a second job" in v for v in broken)

@@ -29,6 +29,7 @@ class Report:
     seed: int
     violations: list = field(default_factory=list)
     produced: int = 0              # ADDJOBs acknowledged to the producer
+    key_retries: int = 0           # ADDJOBs sent again with the first one's IDEMPOTENCY key
     deliveries: int = 0
     distinct_delivered: int = 0
     at_least_once_redeliveries: int = 0
@@ -91,6 +92,11 @@ class Workload:
         self.held_bodies: dict[bytes, int | None] = {}
         self.released: dict[bytes, tuple[int, str]] = {}
         self.rereleased = 0
+        # (ext) Idempotent adds (their own stream too): a share of the adds carry
+        # an IDEMPOTENCY key and are sent again with it, to any node, as a
+        # producer does after a lost reply (see retry_add).
+        self.key_rng = random.Random(seed ^ 0x1DE4)
+        self.key_retries = 0
 
     # -- helpers --------------------------------------------------------------------
     def live(self, name: str):
@@ -141,6 +147,12 @@ class Workload:
         if held:
             args.append("HOLD")
             self.held_bodies[body] = None
+        key = None
+        if self.key_rng.random() < 0.3:
+            key = b"key-%d" % i
+            args += ["IDEMPOTENCY", key]
+            self.later(self.key_rng.randint(1, 1500),
+                       lambda: self.retry_add(self.key_rng.choice(self.names), args))
         start = self.sim.now
 
         def done(reply):
@@ -156,8 +168,61 @@ class Workload:
                                    f"< REPLICATE {repl}")
                 self.produced[jid] = {"time": self.sim.now, "repl": repl, "retry": retry,
                                       "holders": holders, "async": is_async, "ttl": ttl,
-                                      "held": held, "body": body}
+                                      "held": held, "body": body, "key": key}
                 if held:
+                    self.later(self.hold_rng.randint(0, 2000), lambda: self.release(jid, body))
+
+        self.command(name, args, done)
+
+    def key_ids(self, key: bytes) -> set:
+        """Every job id the cluster knows for an IDEMPOTENCY key: copies held and
+        the keys' maps of every live node, ids the producer was given."""
+        ids = {j for j, p in self.produced.items() if p.get("key") == key}
+        for name in self.names:
+            node = self.live(name)
+            if node is None:
+                continue
+            jid = node.node.idempotency.lookup(QUEUE, key, self.sim.now)
+            if jid is not None:
+                ids.add(jid)
+            ids.update(j.id for j in node.node.iter_jobs() if j.idem_key == key)
+        return ids
+
+    def retry_add(self, name: str, args: list) -> None:
+        """(ext) The same ADDJOB, sent again with its IDEMPOTENCY key to `name`.
+        Checked exactly: a node that holds a copy of a job added with that key
+        (waiting for its copies, live or acked) creates no second job; it answers
+        an id the cluster already knew (or the first add's error)."""
+        node = self.live(name)
+        if node is None:
+            return
+        key = args[args.index("IDEMPOTENCY") + 1]
+        now = self.sim.now
+        held = [j.id for j in node.node.iter_jobs()
+                if j.idem_key == key and j.queue == QUEUE and j.etime > now]
+        known = self.key_ids(key)
+        self.key_retries += 1
+        repl, retry, ttl = (args[args.index(o) + 1] for o in ("REPLICATE", "RETRY", "TTL"))
+
+        def done(reply):
+            if not isinstance(reply, Status):
+                return
+            jid = reply.encode()
+            if held and jid not in known:
+                self.violation(f"ADDJOB retried with key {key!r} on {name}, which held "
+                               f"{held}, created a second job {jid!r}")
+            if jid not in self.produced:
+                # A job this retry created has its REPLICATE copies; one it was
+                # answered (a node holding, or having held, one copy of it) has
+                # that copy for the producer to count on.
+                self.produced[jid] = {"time": self.sim.now,
+                                      "repl": 1 if jid in known else repl, "retry": retry,
+                                      "holders": self.holders(jid), "async": "ASYNC" in args,
+                                      "ttl": ttl, "key": key, "held": "HOLD" in args,
+                                      "body": args[2]}
+                if "HOLD" in args:
+                    # Held, as the first add was: the producer releases it later.
+                    body = args[2]
                     self.later(self.hold_rng.randint(0, 2000), lambda: self.release(jid, body))
 
         self.command(name, args, done)
@@ -457,7 +522,7 @@ class Workload:
                    deliveries=len(self.deliveries), sim_time=self.sim.now,
                    persistence=self.fsync, released=len(self.released),
                    held=sum(1 for p in self.produced.values() if p["held"]),
-                   rereleased=self.rereleased)
+                   rereleased=self.rereleased, key_retries=self.key_retries)
         seen: dict[bytes, int] = {}
         last: dict[bytes, int] = {}
         where: dict[bytes, str] = {}
