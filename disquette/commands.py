@@ -14,8 +14,9 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 from redis._parsers.helpers import parse_info  # redis-py's INFO reader
 
-from .job import Job, text
+from .job import _UNDECODED, Job, text
 from .topology import parse_hello
+from .tracing import TRACE_MAGIC, split_body, traced_add
 
 ADD_OPTIONS = ("replicate", "delay", "retry", "ttl", "maxlen")
 ADD_DEFAULT_TIMEOUT_MS = 5000
@@ -109,8 +110,11 @@ def _parse_pairs(reply: Any) -> dict[str, Any] | None:
 def _parse_show(reply: Any, client: Any, node: str) -> dict[str, Any] | None:
     job = _parse_pairs(reply)
     if job is not None and "body" in job:
-        job["raw"] = job["body"]
-        job["body"] = client.serializer.decode(job["body"])
+        raw = job["body"]
+        if isinstance(raw, bytes) and raw.startswith(TRACE_MAGIC):
+            raw, job["trace_context"] = split_body(raw)
+        job["raw"] = raw
+        job["body"] = client.serializer.decode(raw)
     return job
 
 
@@ -122,15 +126,21 @@ def _parse_jobs(reply: Any, client: Any, node: str) -> list[Job]:
     """GETJOB / QPEEK: ``[[queue, id, body(, "nacks", n, "additional-deliveries", n)]...]``."""
     if not reply:
         return []
-    decode = client.serializer.decode
+    serializer = client.serializer
     jobs = []
     for entry in reply:
         raw = entry[2]
+        carried = None
+        if raw.startswith(TRACE_MAGIC):  # a producer's trace context (tracing.py)
+            raw, carried = split_body(raw)
+        # Bodies are decoded on first use (Job.body): a handler that never
+        # reads one costs no decoding.
         if len(entry) >= 7:
-            job = Job(text(entry[1]), text(entry[0]), decode(raw), raw, int(entry[4]),
-                      int(entry[6]), node, client)
+            job = Job(text(entry[1]), text(entry[0]), _UNDECODED, raw, int(entry[4]),
+                      int(entry[6]), node, client, serializer, carried)
         else:
-            job = Job(text(entry[1]), text(entry[0]), decode(raw), raw, None, None, node, client)
+            job = Job(text(entry[1]), text(entry[0]), _UNDECODED, raw, None, None, node, client,
+                      serializer, carried)
         jobs.append(job)
     return jobs
 
@@ -232,6 +242,7 @@ class Commands:
 
     serializer: Any
     socket_timeout: float | None
+    _tracing: bool | None = None  # see tracing.py: None spans if configured, True + context
 
     def _run(self, req: Request) -> Any:  # pragma: no cover - provided by the clients
         raise NotImplementedError
@@ -253,11 +264,15 @@ class Commands:
         refuses (NoReplicationError, QueuePausedError, MaxLenError,
         OutOfMemoryError...), :class:`ReplyLostError` when the connection failed
         after sending (the job may exist), :class:`NoNodeAvailableError` when no
-        node could be reached (it does not).  Never sent twice.
+        node could be reached (it does not).  Never sent twice.  With
+        opentelemetry, an ``add`` span (see :mod:`disquette.tracing`).
         """
-        return self._run(addjob_request(self.serializer, queue, body, timeout_ms, {
+        req = addjob_request(self.serializer, queue, body, timeout_ms, {
             "replicate": replicate, "delay": delay, "retry": retry, "ttl": ttl,
-            "maxlen": maxlen, "asynchronous": asynchronous}))
+            "maxlen": maxlen, "asynchronous": asynchronous})
+        if self._tracing is False:
+            return self._run(req)
+        return traced_add(self._run, req, queue, self._tracing)
 
     # -- consuming
     def get_jobs(self, *queues: str, count: int | None = None, timeout_ms: int | None = 0,
