@@ -71,10 +71,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
                     grace_period=args.grace_period, poll_ms=args.poll_ms)
     worker.run()
     print(handed_back_report(worker), flush=True)
-    if worker.forced:  # handler threads may still run: do not wait for them
+    if worker.forced or worker.handed_back["unfinished"]:
+        # Handler threads may still run (their jobs were handed back): do
+        # not wait for them.
         logging.shutdown()
         sys.stdout.flush()
-        os._exit(130)
+        os._exit(130 if worker.forced else 0)
     return 0
 
 
