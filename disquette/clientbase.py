@@ -179,7 +179,7 @@ class ClientBase(Commands):
 
     def _observe(self, jobs: list[Job]) -> None:
         with self._lock:
-            moved = self._topology.observe_jobs((j.id for j in jobs), time.monotonic())
+            moved = self._topology.observe_jobs([j.id for j in jobs], time.monotonic())
         if moved:
             log.info("consumer moves to %s, where most of its jobs are created", moved)
 

@@ -126,22 +126,26 @@ def _parse_jobs(reply: Any, client: Any, node: str) -> list[Job]:
     """GETJOB / QPEEK: ``[[queue, id, body(, "nacks", n, "additional-deliveries", n)]...]``."""
     if not reply:
         return []
+    # The Worker's hot loop: a batch comes from few queues (each name decoded
+    # once), and bodies are decoded on first use (Job.body).
     serializer = client.serializer
     jobs = []
+    append = jobs.append
+    queue_raw, queue = None, ""
     for entry in reply:
+        if entry[0] != queue_raw:
+            queue_raw = entry[0]
+            queue = text(queue_raw)
         raw = entry[2]
         carried = None
         if raw.startswith(TRACE_MAGIC):  # a producer's trace context (tracing.py)
             raw, carried = split_body(raw)
-        # Bodies are decoded on first use (Job.body): a handler that never
-        # reads one costs no decoding.
         if len(entry) >= 7:
-            job = Job(text(entry[1]), text(entry[0]), _UNDECODED, raw, int(entry[4]),
-                      int(entry[6]), node, client, serializer, carried)
+            append(Job(text(entry[1]), queue, _UNDECODED, raw, int(entry[4]), int(entry[6]),
+                       node, client, serializer, carried))
         else:
-            job = Job(text(entry[1]), text(entry[0]), _UNDECODED, raw, None, None, node, client,
-                      serializer, carried)
-        jobs.append(job)
+            append(Job(text(entry[1]), queue, _UNDECODED, raw, None, None, node, client,
+                       serializer, carried))
     return jobs
 
 

@@ -66,7 +66,9 @@ class PoisonPolicy:
                            f"delivered {lost} more times without an answer "
                            f"(max_lost_deliveries {limit})")
         if self.max_attempts is not None and job.attempts > self.max_attempts:
-            return Verdict(LOST_DELIVERIES, "max_attempts",
+            # Over the combined limit on arrival: lost deliveries, unless its
+            # earlier workers only ever NACKed it (a lower limit than theirs).
+            return Verdict(LOST_DELIVERIES if lost else FAILURES, "max_attempts",
                            f"delivered {job.attempts} times without finishing "
                            f"(max_attempts {self.max_attempts})")
         return None

@@ -440,7 +440,7 @@ class Worker:
             run.span = tracing.start_deliver(self._tracer, job)
         if self.metrics:
             self.metrics.in_flight.inc()
-        run.task = asyncio.create_task(self._process(run))
+        run.task = self._loop.create_task(self._process(run))
 
     def _start_buffered(self) -> None:
         """Start prefetched jobs while slots are free (a loop, not recursion:
@@ -462,18 +462,25 @@ class Worker:
         error: BaseException | None = None
         outcome = "ok"
         try:
-            verdict = self.policy.on_delivery(job)
-            if verdict is not None:
-                outcome = await self._dead_letter(run, RuntimeError(verdict.message), None,
-                                                  verdict)
-                return
+            if job.nacks or job.additional_deliveries:  # a fresh job is over no limit
+                verdict = self.policy.on_delivery(job)
+                if verdict is not None:
+                    outcome = await self._dead_letter(run, RuntimeError(verdict.message),
+                                                      None, verdict)
+                    return
             if self.before_job is not None:
                 await _call_hook(self.before_job, job)
             try:
-                if self._tracer is None:
-                    await self._handle(run)
-                else:
+                if self._tracer is not None:
                     await self._handle_traced(run)
+                elif self._async_handler:  # _handle, inline: the no-op path is hot
+                    run.handling = True
+                    try:
+                        await _Guard(self.handler(job), job)
+                    finally:
+                        run.handling = False
+                else:
+                    await self._handle(run)
             except asyncio.CancelledError as exc:
                 if not job.lease_lost:
                     raise
@@ -616,7 +623,11 @@ class Worker:
         """Acks wait for the next GETJOB to the same node, which carries them
         (no round trip of their own); the ack loop sends them when no GETJOB
         is coming soon: every fetch loop is in one, or they are for another node."""
-        self._acks.setdefault(job.node, []).append(job.id)
+        waiting = self._acks.get(job.node)
+        if waiting is None:
+            self._acks[job.node] = [job.id]
+        else:
+            waiting.append(job.id)
         if run.span is not None:
             self._ack_links[job.id] = run.span.get_span_context()
         if (self._fetching == self.fetchers or self._stopping
