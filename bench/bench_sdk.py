@@ -85,15 +85,18 @@ class Bench:
         pipe.execute()
         assert self.raw.execute_command("QLEN", "q") == n
 
-    def rate(self, n: int, fn: Callable[[], None], prefill: bool = False) -> tuple[float, str]:
-        """Jobs/s of ``fn``, and the CPU it cost per job (node / this process)."""
+    def rate(self, n: int, fn: Callable[[], float | None],
+             prefill: bool = False) -> tuple[float, str]:
+        """Jobs/s of ``fn`` (over the seconds it returns, if it does: the
+        Worker's time to its n-th job, without its stop), and the CPU it cost
+        per job (node / this process)."""
         if prefill:
             self.prefill(n)
         else:
             self.flush()
         node0, me0, t0 = cpu_seconds(self.node.pid), time.process_time(), time.perf_counter()
-        fn()
-        rate = n / (time.perf_counter() - t0)
+        elapsed = fn()
+        rate = n / (elapsed if elapsed is not None else time.perf_counter() - t0)
         node_us = (cpu_seconds(self.node.pid) - node0) / n * 1e6
         me_us = (time.process_time() - me0) / n * 1e6
         return rate, f"cpu/job node {node_us:.1f} us, client {me_us:.1f} us"
@@ -145,20 +148,27 @@ def raw_pipeline(b: Bench, n: int) -> None:
 
 # --------------------------------------------------------------- consumers
 
-def sdk_worker(b: Bench, n: int, handler) -> None:
+def sdk_worker(b: Bench, n: int, handler) -> float:
     """``worker.run()`` (uvloop, main thread) until n jobs are done: its two
     fetch loops each ask GETJOB COUNT 64 (the concurrency split between
-    them), the acks of a batch riding on the next GETJOB."""
+    them), the acks of a batch riding on the next GETJOB.  Returns the
+    seconds to the n-th job's end: the stop that follows (its last GETJOB
+    blocks up to poll_ms on the empty queue, then the acks are flushed) is
+    not serving, and would count a second against a loop that just ends."""
+    t0 = time.perf_counter()
     w = Worker(Client(b.addr), "q", handler, concurrency=2 * PREFETCH, fetchers=2,
                metrics=False)
+    done_at: list[float] = []
 
     def stop_when_done() -> None:
         while w.stats["ok"] < n:
-            time.sleep(0.01)
+            time.sleep(0.002)
+        done_at.append(time.perf_counter())
         w.stop()
 
     threading.Thread(target=stop_when_done, daemon=True).start()
     w.run()
+    return done_at[0] - t0
 
 
 async def async_noop(job) -> None:
@@ -213,7 +223,7 @@ def pydisque_count_ack_batch(b: Bench, n: int) -> None:
 
 # --------------------------------------------------------------- rows
 
-def measure(b: Bench, name: str, n: int, sides: dict[str, Callable[[], None]],
+def measure(b: Bench, name: str, n: int, sides: dict[str, Callable[[], float | None]],
             prefill: bool = False) -> dict[str, float]:
     """Median jobs/s per side over the rounds (sides alternate order)."""
     rates: dict[str, list[float]] = {k: [] for k in sides}
