@@ -24,6 +24,6 @@ __all__ = [
     "DeadLetter", "DisqueConnectionError", "DisqueError", "Hello", "JSON", "Job",
     "LeaseLost", "LeavingError", "LoadingError", "MSGPACK", "MaxLenError", "NoJobError",
     "NoNodeAvailableError", "NoReplicationError", "NodeInfo", "OutOfMemoryError",
-    "PersistenceError", "PoisonPolicy", "QueuePausedError", "ReplyError", "ReplyLostError", "Serializer",
-    "TooLateError", "Worker",
+    "PersistenceError", "PoisonPolicy", "QueuePausedError", "ReplyError", "ReplyLostError",
+    "Serializer", "TooLateError", "Worker",
 ]

@@ -59,9 +59,10 @@ def envelope(job: Job, error: BaseException | str, traceback_text: str | None,
 class DeadLetter:
     """A job of a dead-letter queue, read back: ``queue`` and ``job_id`` of
     the original job, ``attempts``, ``error``, ``traceback``, ``failed_at``,
-    ``reason`` and ``limit`` (see the module doc), ``raw`` (its original bytes), ``body`` (decoded by the client's
-    serializer) and ``job`` (the dead-letter job itself).  A job of that queue
-    that is not an envelope is kept with ``queue`` None and ``raw`` its body."""
+    ``reason`` and ``limit`` (see the module doc), ``raw`` (its original
+    bytes), ``body`` (decoded by the client's serializer) and ``job`` (the
+    dead-letter job itself).  A job of that queue that is not an envelope is
+    kept with ``queue`` None and ``raw`` its body."""
 
     __slots__ = ("job", "queue", "job_id", "attempts", "error", "traceback", "failed_at",
                  "raw", "body", "reason", "limit")

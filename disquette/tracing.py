@@ -6,7 +6,7 @@ The spans (messaging conventions: ``messaging.system`` "disque",
 ``messaging.destination.name`` the queue, ``messaging.message.id`` the id):
 
 * ``add <queue>`` (PRODUCER): one ``add_job`` call, a child of the caller's
-  current span;
+  current span (``add_jobs`` batches make none, nor carry a context);
 * ``deliver <queue>`` (CONSUMER): the job's time in a Worker, from GETJOB to
   its outcome (``disquette.outcome``: ok, failed, dead_lettered, returned,
   handed_back, lease_lost); its parent is the producer's ``add`` span when the

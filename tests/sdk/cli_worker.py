@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Iterator
 
-from tests.harness import WAIT_TIMEOUT
-from tests.sdk.test_cli import disquette_exe
+import pytest
+
+from tests.sdk.test_cli import WorkerProcess, disquette_exe
 
 # Handlers of the tests (module ``tasks``): each records the ids it started
 # and finished in files named after $TASKS_OUT.
@@ -36,18 +38,22 @@ def gated(job):
 '''
 
 
-class CliWorker:
+class CliWorker(WorkerProcess):
+    """A worker process (``signal``, ``wait`` and ``kill`` as test_cli's),
+    its stdout (what the CLI prints) apart from its log (stderr)."""
+
     def __init__(self, tmp: Path, node_addr: str, handler: str, *extra: str) -> None:
         tmp.mkdir(parents=True, exist_ok=True)
         (tmp / "tasks.py").write_text(TASKS)
         self.out = tmp / "jobs"
         self.stdout_path, self.log_path = tmp / "worker.out", tmp / "worker.log"
-        self._stdout, self._log = open(self.stdout_path, "w"), open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            [*disquette_exe(), "worker", f"tasks:{handler}", "--queue", "q", "--nodes",
-             node_addr, "--poll-ms", "200", *extra],
-            cwd=tmp, env={**os.environ, "TASKS_OUT": str(self.out)},
-            stdout=self._stdout, stderr=self._log)
+        self.log = open(self.log_path, "w")
+        with open(self.stdout_path, "w") as stdout:  # the process keeps its own copy
+            self.proc = subprocess.Popen(
+                [*disquette_exe(), "worker", f"tasks:{handler}", "--queue", "q", "--nodes",
+                 node_addr, "--poll-ms", "200", *extra],
+                cwd=tmp, env={**os.environ, "TASKS_OUT": str(self.out)},
+                stdout=stdout, stderr=self.log)
 
     def _ids(self, suffix: str) -> list[str]:
         path = self.out.with_name(self.out.name + suffix)
@@ -62,22 +68,14 @@ class CliWorker:
     def release(self) -> None:
         self.out.with_name(self.out.name + ".release").touch()
 
-    def signal(self, sig: int) -> None:
-        self.proc.send_signal(sig)
-
-    def wait(self, timeout: float = WAIT_TIMEOUT) -> int:
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self._stdout.close()
-            self._log.close()
-
     def stdout(self) -> str:
         return self.stdout_path.read_text()
 
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self._stdout.close()
-        self._log.close()
+
+@pytest.fixture
+def cli_workers() -> Iterator[list[CliWorker]]:
+    """Worker processes a test starts, killed at its end if still running."""
+    started: list[CliWorker] = []
+    yield started
+    for w in started:
+        w.kill()

@@ -9,16 +9,8 @@ import signal
 import pytest
 
 from disquette import Client, Worker
-from tests.sdk.cli_worker import CliWorker
+from tests.sdk.cli_worker import CliWorker, cli_workers  # noqa: F401 (a fixture)
 from tests.sdk.test_worker import Running
-
-
-@pytest.fixture
-def cli_workers():
-    started: list[CliWorker] = []
-    yield started
-    for w in started:
-        w.kill()
 
 
 def test_worker_killed_mid_job_is_dead_lettered_for_lost_deliveries(

@@ -5,18 +5,8 @@ from __future__ import annotations
 
 import signal
 
-import pytest
-
 from disquette import Client
-from tests.sdk.cli_worker import CliWorker
-
-
-@pytest.fixture
-def cli_workers():
-    started: list[CliWorker] = []
-    yield started
-    for w in started:
-        w.kill()
+from tests.sdk.cli_worker import CliWorker, cli_workers  # noqa: F401 (a fixture)
 
 
 def active(c: Client) -> set[str]:
