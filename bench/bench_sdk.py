@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The Python SDK against pydisque and raw redis-py, side by side (issue 9).
+"""The Python SDK against pydisque and raw redis-py, side by side (issues 9, 26).
 
     .venv/bin/python bench/bench_sdk.py            # --quick, --only ROW,..., --rounds N
+                                                   # --node-tree DIR: the node's code from DIR
 
 One Disquette node; every client runs in this process, one after the other
 within a round (the order alternates between rounds), on the same redis-py 8
@@ -9,13 +10,17 @@ with hiredis, RESP2.  Rows (``--only`` takes their names):
 
   add       add_job in a loop         vs pydisque add_job / redis-py execute_command
   batch     add_jobs (pipelined, 1000 a batch) vs redis-py pipeline   target >= 0.8x
-  worker    Worker, async no-op handler, concurrency 64, on a pre-filled queue
-            vs three pydisque loops: GETJOB + ACKJOB per job; GETJOB COUNT 64 +
-            ACKJOB per job; GETJOB COUNT 64 + one ACKJOB   target >= 2x the best
+  worker    Worker, async no-op handler, on a pre-filled queue, asking GETJOB COUNT
+            64 (two in flight, concurrency 128) and acking each batch in one ACKJOB,
+            vs a bare redis-py loop making the same calls (GETJOB COUNT 64
+            WITHCOUNTERS, then one ACKJOB of its ids)   target >= 0.8x (issue 26);
+            and vs three pydisque loops: GETJOB + ACKJOB per job; GETJOB COUNT
+            64 + ACKJOB per job; GETJOB COUNT 64 + one ACKJOB   target >= 2x the best
   worker-def  the same Worker with a plain ``def`` no-op handler (thread pool)
 
 Figures are jobs per second (median of the rounds); ratios are medians of
-the per-round ratios.
+the per-round ratios.  The node runs this checkout's code (compiled if built
+in place, ``make build``) unless ``--node-tree`` names another checkout.
 """
 
 from __future__ import annotations
@@ -56,7 +61,10 @@ class Bench:
     def __init__(self, args) -> None:
         self.args = args
         self.rounds = args.rounds or (1 if args.quick else 3)
-        self.node = start_disquette()
+        if args.node_tree:
+            self.node = start_disquette(root=Path(args.node_tree).resolve())
+        else:
+            self.node = start_disquette()
         self.addr = f"127.0.0.1:{self.node.port}"
         self.raw = redis.Redis(port=self.node.port, protocol=2)
 
@@ -77,15 +85,18 @@ class Bench:
         pipe.execute()
         assert self.raw.execute_command("QLEN", "q") == n
 
-    def rate(self, n: int, fn: Callable[[], None], prefill: bool = False) -> tuple[float, str]:
-        """Jobs/s of ``fn``, and the CPU it cost per job (node / this process)."""
+    def rate(self, n: int, fn: Callable[[], float | None],
+             prefill: bool = False) -> tuple[float, str]:
+        """Jobs/s of ``fn`` (over the seconds it returns, if it does: the
+        Worker's time to its n-th job, without its stop), and the CPU it cost
+        per job (node / this process)."""
         if prefill:
             self.prefill(n)
         else:
             self.flush()
         node0, me0, t0 = cpu_seconds(self.node.pid), time.process_time(), time.perf_counter()
-        fn()
-        rate = n / (time.perf_counter() - t0)
+        elapsed = fn()
+        rate = n / (elapsed if elapsed is not None else time.perf_counter() - t0)
         node_us = (cpu_seconds(self.node.pid) - node0) / n * 1e6
         me_us = (time.process_time() - me0) / n * 1e6
         return rate, f"cpu/job node {node_us:.1f} us, client {me_us:.1f} us"
@@ -137,17 +148,27 @@ def raw_pipeline(b: Bench, n: int) -> None:
 
 # --------------------------------------------------------------- consumers
 
-def sdk_worker(b: Bench, n: int, handler) -> None:
-    """``worker.run()`` (uvloop, main thread) until n jobs are done."""
-    w = Worker(Client(b.addr), "q", handler, concurrency=PREFETCH, metrics=False)
+def sdk_worker(b: Bench, n: int, handler) -> float:
+    """``worker.run()`` (uvloop, main thread) until n jobs are done: its two
+    fetch loops each ask GETJOB COUNT 64 (the concurrency split between
+    them), the acks of a batch riding on the next GETJOB.  Returns the
+    seconds to the n-th job's end: the stop that follows (its last GETJOB
+    blocks up to poll_ms on the empty queue, then the acks are flushed) is
+    not serving, and would count a second against a loop that just ends."""
+    t0 = time.perf_counter()
+    w = Worker(Client(b.addr), "q", handler, concurrency=2 * PREFETCH, fetchers=2,
+               metrics=False)
+    done_at: list[float] = []
 
     def stop_when_done() -> None:
         while w.stats["ok"] < n:
-            time.sleep(0.01)
+            time.sleep(0.002)
+        done_at.append(time.perf_counter())
         w.stop()
 
     threading.Thread(target=stop_when_done, daemon=True).start()
     w.run()
+    return done_at[0] - t0
 
 
 async def async_noop(job) -> None:
@@ -156,6 +177,20 @@ async def async_noop(job) -> None:
 
 def def_noop(job) -> None:
     pass
+
+
+def raw_worker_loop(b: Bench, n: int) -> None:
+    """The bare redis-py loop the Worker is held to: GETJOB COUNT 64 (with
+    the counters the Worker reads), then one ACKJOB for the batch."""
+    r = redis.Redis(port=b.node.port, protocol=2)
+    done = 0
+    while done < n:
+        jobs = r.execute_command("GETJOB", "TIMEOUT", 1000, "COUNT", PREFETCH, "WITHCOUNTERS",
+                                 "FROM", "q")
+        if jobs:
+            r.execute_command("ACKJOB", *[j[1] for j in jobs])
+            done += len(jobs)
+    r.close()
 
 
 # pydisque names the fields of a GETJOB entry (job_id, queue, body), but the
@@ -188,7 +223,7 @@ def pydisque_count_ack_batch(b: Bench, n: int) -> None:
 
 # --------------------------------------------------------------- rows
 
-def measure(b: Bench, name: str, n: int, sides: dict[str, Callable[[], None]],
+def measure(b: Bench, name: str, n: int, sides: dict[str, Callable[[], float | None]],
             prefill: bool = False) -> dict[str, float]:
     """Median jobs/s per side over the rounds (sides alternate order)."""
     rates: dict[str, list[float]] = {k: [] for k in sides}
@@ -227,15 +262,18 @@ PYDISQUE_LOOPS = {  # name: (row label, loop)
 
 
 def worker_rows(b: Bench, kind: str, handler) -> list[list]:
-    """One row per pydisque loop; the target applies to its best."""
+    """The Worker against the bare redis-py loop (issue 26's target, for the
+    async no-op), then one row per pydisque loop (issue 9's target on its best)."""
     n = b.n(60_000)
-    sides = {"sdk": lambda: sdk_worker(b, n, handler)}
+    sides = {"sdk": lambda: sdk_worker(b, n, handler), "raw": lambda: raw_worker_loop(b, n)}
     sides.update({k: (lambda f=f: f(b, n)) for k, (_, f) in PYDISQUE_LOOPS.items()})
     m = measure(b, "worker", n, sides, prefill=True)
     best = max(PYDISQUE_LOOPS, key=lambda k: m[k])
-    return [[f"Worker, {kind} no-op vs pydisque {label}", m["sdk"], m[k], None,
-             ("pydisque", 2.0) if k == best else "-"]
-            for k, (label, _) in PYDISQUE_LOOPS.items()]
+    rows = [[f"Worker, {kind} no-op vs redis-py GETJOB COUNT 64 + one ACKJOB", m["sdk"], None,
+             m["raw"], ("raw", 0.8) if kind == "async" else "-"]]
+    return rows + [[f"Worker, {kind} no-op vs pydisque {label}", m["sdk"], m[k], None,
+                    ("pydisque", 2.0) if k == best else "-"]
+                   for k, (label, _) in PYDISQUE_LOOPS.items()]
 
 
 ROWS = {
@@ -271,7 +309,9 @@ def table(rows: list[list]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_bench_args(argv, __doc__.split("\n\n")[0], list(ROWS))
+    args = parse_bench_args(argv, __doc__.split("\n\n")[0], list(ROWS), extra=lambda ap: (
+        ap.add_argument("--node-tree", default="", help="run the node from this checkout "
+                        "(e.g. one with the compiled core built) instead of this one")))
     unknown = set(args.names) - set(ROWS)
     if unknown:
         args.parser.error(f"unknown row(s): {', '.join(sorted(unknown))}")

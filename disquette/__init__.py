@@ -9,11 +9,12 @@ from .client import Client
 from .dead_letters import DeadLetter
 from .errors import (
     AddJobsError, AuthenticationError, BadJobIdError, DisqueConnectionError, DisqueError,
-    LeavingError, LoadingError, MaxLenError, NoJobError, NoNodeAvailableError,
+    LeaseLost, LeavingError, LoadingError, MaxLenError, NoJobError, NoNodeAvailableError,
     NoReplicationError, OutOfMemoryError, PersistenceError, QueuePausedError, ReplyError,
     ReplyLostError, TooLateError,
 )
 from .job import Job
+from .poison import PoisonPolicy
 from .serializers import JSON, MSGPACK, Serializer
 from .topology import Hello, NodeInfo
 from .worker import Worker
@@ -21,8 +22,8 @@ from .worker import Worker
 __all__ = [
     "AddJobsError", "AsyncClient", "AuthenticationError", "BadJobIdError", "Client",
     "DeadLetter", "DisqueConnectionError", "DisqueError", "Hello", "JSON", "Job",
-    "LeavingError", "LoadingError", "MSGPACK", "MaxLenError", "NoJobError",
+    "LeaseLost", "LeavingError", "LoadingError", "MSGPACK", "MaxLenError", "NoJobError",
     "NoNodeAvailableError", "NoReplicationError", "NodeInfo", "OutOfMemoryError",
-    "PersistenceError", "QueuePausedError", "ReplyError", "ReplyLostError", "Serializer",
-    "TooLateError", "Worker",
+    "PersistenceError", "PoisonPolicy", "QueuePausedError", "ReplyError", "ReplyLostError",
+    "Serializer", "TooLateError", "Worker",
 ]

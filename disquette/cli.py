@@ -64,14 +64,33 @@ def cmd_worker(args: argparse.Namespace) -> int:
         prometheus_client.start_http_server(args.metrics_port)
     worker = Worker(_client(args), _split(args.queue), handler, concurrency=args.concurrency,
                     max_attempts=args.max_attempts or None,
+                    max_failures=args.max_failures or None,
+                    max_lost_deliveries=args.max_lost_deliveries or None,
+                    prefetch=args.prefetch,
                     dead_letter_queue=args.dead_letter_queue, retry_backoff=args.retry_backoff,
                     grace_period=args.grace_period, poll_ms=args.poll_ms)
     worker.run()
-    if worker.forced:  # handler threads may still run: do not wait for them
+    print(handed_back_report(worker), flush=True)
+    if worker.forced or worker.handed_back["unfinished"]:
+        # Handler threads may still run (their jobs were handed back): do
+        # not wait for them.
         logging.shutdown()
         sys.stdout.flush()
-        os._exit(130)
+        os._exit(130 if worker.forced else 0)
     return 0
+
+
+def handed_back_report(worker: Worker) -> str:
+    """What a stopped worker gave back, for the person who stopped it: the
+    counts, then the ids (``not started`` went back with ENQUEUE, no failure
+    counted; ``unfinished`` ran past the grace period and were NACKed)."""
+    back = worker.handed_back
+    lines = [f"handed back {len(back['not_started'])} jobs not started (ENQUEUE), "
+             f"{len(back['unfinished'])} unfinished (NACK)"]
+    for kind, ids in (("not started", back["not_started"]),
+                      ("unfinished", back["unfinished"])):
+        lines += [f"{kind}: {job_id}" for job_id in ids]
+    return "\n".join(lines)
 
 
 def cmd_dispatch(args: argparse.Namespace) -> int:
@@ -125,7 +144,15 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--queue", "-q", action="append", required=True,
                    help="queue to consume (repeatable or comma-separated)")
     w.add_argument("--concurrency", "-c", type=int, default=16)
-    w.add_argument("--max-attempts", type=int, default=5, help="0: retry for ever")
+    w.add_argument("--max-attempts", type=int, default=5,
+                   help="deliveries in all before the dead-letter queue (0: retry for ever)")
+    w.add_argument("--max-failures", type=int, default=0,
+                   help="handler failures (nacks) before the dead-letter queue (0: no limit)")
+    w.add_argument("--max-lost-deliveries", type=int, default=0,
+                   help="lost deliveries (crashed or timed-out workers) before the "
+                        "dead-letter queue (0: no limit)")
+    w.add_argument("--prefetch", type=int, default=0,
+                   help="jobs taken beyond the free slots, waiting for one")
     w.add_argument("--dead-letter-queue", default=None, help="default: <queue>:dead")
     w.add_argument("--retry-backoff", action="store_true",
                    help="on failure let RETRY re-queue the job instead of NACK")

@@ -104,6 +104,9 @@ class ClientBase(Commands):
     jobs (after ``switch_min_jobs`` jobs).  ``refresh_interval``: seconds
     between HELLO refreshes of the topology.  Other keyword arguments go to
     redis-py's connections (``ssl_ca_certs``, ``ssl_certfile``, ``client_name``...).
+    ``tracing``: OpenTelemetry spans (:mod:`disquette.tracing`): None (default)
+    when a tracer provider is set, True to also carry the trace context in
+    the bodies added, False for none.
     """
 
     _retry_class: Any = None  # redis.retry.Retry or redis.asyncio.retry.Retry
@@ -114,7 +117,8 @@ class ClientBase(Commands):
                  retry: Any = None, ssl: bool | None = None, max_connections: int | None = None,
                  refresh_interval: float = 60.0, follow_producers: bool = True,
                  switch_min_jobs: int = 100, shuffle: bool = False,
-                 retry_down_after: float = 5.0, **connection_kwargs: Any) -> None:
+                 retry_down_after: float = 5.0, tracing: bool | None = None,
+                 **connection_kwargs: Any) -> None:
         spec = parse_nodes(nodes)
         self._options = dict(
             nodes=list(spec.addrs), password=password, username=username, serializer=serializer,
@@ -122,8 +126,9 @@ class ClientBase(Commands):
             socket_connect_timeout=socket_connect_timeout, retry=retry, ssl=ssl,
             max_connections=max_connections, refresh_interval=refresh_interval,
             follow_producers=follow_producers, switch_min_jobs=switch_min_jobs, shuffle=shuffle,
-            retry_down_after=retry_down_after, **connection_kwargs)
+            retry_down_after=retry_down_after, tracing=tracing, **connection_kwargs)
         self.serializer = get_serializer(serializer)
+        self._tracing = tracing
         self.socket_timeout = socket_timeout
         self._ssl = spec.ssl if ssl is None else ssl
         self._conn_kwargs: dict[str, Any] = dict(
@@ -174,7 +179,7 @@ class ClientBase(Commands):
 
     def _observe(self, jobs: list[Job]) -> None:
         with self._lock:
-            moved = self._topology.observe_jobs((j.id for j in jobs), time.monotonic())
+            moved = self._topology.observe_jobs([j.id for j in jobs], time.monotonic())
         if moved:
             log.info("consumer moves to %s, where most of its jobs are created", moved)
 

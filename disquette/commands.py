@@ -14,8 +14,9 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 from redis._parsers.helpers import parse_info  # redis-py's INFO reader
 
-from .job import Job, text
+from .job import _UNDECODED, Job, text
 from .topology import parse_hello
+from .tracing import TRACE_MAGIC, split_body, traced_add
 
 ADD_OPTIONS = ("replicate", "delay", "retry", "ttl", "maxlen")
 ADD_DEFAULT_TIMEOUT_MS = 5000
@@ -137,8 +138,11 @@ def _parse_pairs(reply: Any) -> dict[str, Any] | None:
 def _parse_show(reply: Any, client: Any, node: str) -> dict[str, Any] | None:
     job = _parse_pairs(reply)
     if job is not None and "body" in job:
-        job["raw"] = job["body"]
-        job["body"] = client.serializer.decode(job["body"])
+        raw = job["body"]
+        if isinstance(raw, bytes) and raw.startswith(TRACE_MAGIC):
+            raw, job["trace_context"] = split_body(raw)
+        job["raw"] = raw
+        job["body"] = client.serializer.decode(raw)
     return job
 
 
@@ -150,16 +154,26 @@ def _parse_jobs(reply: Any, client: Any, node: str) -> list[Job]:
     """GETJOB / QPEEK: ``[[queue, id, body(, "nacks", n, "additional-deliveries", n)]...]``."""
     if not reply:
         return []
-    decode = client.serializer.decode
+    # The Worker's hot loop: a batch comes from few queues (each name decoded
+    # once), and bodies are decoded on first use (Job.body).
+    serializer = client.serializer
     jobs = []
+    append = jobs.append
+    queue_raw, queue = None, ""
     for entry in reply:
+        if entry[0] != queue_raw:
+            queue_raw = entry[0]
+            queue = text(queue_raw)
         raw = entry[2]
+        carried = None
+        if raw.startswith(TRACE_MAGIC):  # a producer's trace context (tracing.py)
+            raw, carried = split_body(raw)
         if len(entry) >= 7:
-            job = Job(text(entry[1]), text(entry[0]), decode(raw), raw, int(entry[4]),
-                      int(entry[6]), node, client)
+            append(Job(text(entry[1]), queue, _UNDECODED, raw, int(entry[4]), int(entry[6]),
+                       node, client, serializer, carried))
         else:
-            job = Job(text(entry[1]), text(entry[0]), decode(raw), raw, None, None, node, client)
-        jobs.append(job)
+            append(Job(text(entry[1]), queue, _UNDECODED, raw, None, None, node, client,
+                       serializer, carried))
     return jobs
 
 
@@ -260,6 +274,7 @@ class Commands:
 
     serializer: Any
     socket_timeout: float | None
+    _tracing: bool | None = None  # see tracing.py: None spans if configured, True + context
 
     def _run(self, req: Request) -> Any:  # pragma: no cover - provided by the clients
         raise NotImplementedError
@@ -291,11 +306,15 @@ class Commands:
         ``hold=True`` (a Disquette extension, ADDJOB ... HOLD): the job is
         replicated but held, never delivered until :meth:`enqueue` on any
         node holding it releases it (its ``delay`` and ``retry`` start then).
+        With opentelemetry, an ``add`` span (see :mod:`disquette.tracing`).
         """
-        return self._run(addjob_request(self.serializer, queue, body, timeout_ms, {
+        req = addjob_request(self.serializer, queue, body, timeout_ms, {
             "replicate": replicate, "delay": delay, "retry": retry, "ttl": ttl,
             "maxlen": maxlen, "asynchronous": asynchronous, "hold": hold,
-            "idempotency_key": idempotency_key}))
+            "idempotency_key": idempotency_key})
+        if self._tracing is False:
+            return self._run(req)
+        return traced_add(self._run, req, queue, self._tracing)
 
     # -- consuming
     def get_jobs(self, *queues: str, count: int | None = None, timeout_ms: int | None = 0,

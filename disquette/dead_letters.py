@@ -7,7 +7,12 @@ it (``redis-cli QPEEK emails:dead 10``)::
     {"dead_letter": 1, "queue": "emails", "id": "D-...", "attempts": 5,
      "nacks": 4, "additional_deliveries": 0, "error": "ValueError: boom",
      "traceback": "...", "failed_at": 1700000000.0,
+     "reason": "failures", "limit": "max_attempts",
      "body": "<the original body as text>"}      # or "body_base64" if not UTF-8
+
+``reason`` says why the job came back too often (``"failures"``: its handler
+raised; ``"lost-deliveries"``: its workers never answered), ``limit`` which
+of the Worker's limits it reached (``disquette.poison``).
 
 plus the error's ``dead_letter_fields`` when it has some (``disquette
 dispatch``: ``status``, ``response``, ``url`` of the last attempt).
@@ -30,13 +35,14 @@ def dead_queue_name(queue: str) -> str:
 
 
 def envelope(job: Job, error: BaseException | str, traceback_text: str | None,
-             failed_at: float) -> bytes:
+             failed_at: float, reason: str | None = None, limit: str | None = None) -> bytes:
     """The dead-letter body for ``job`` failed with ``error``."""
     err = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     doc: dict[str, Any] = {
         "dead_letter": 1, "queue": job.queue, "id": job.id, "attempts": job.attempts,
         "nacks": job.nacks, "additional_deliveries": job.additional_deliveries,
         "error": err, "traceback": traceback_text, "failed_at": failed_at,
+        "reason": reason, "limit": limit,
     }
     # What the error knows of the failure (the webhook dispatcher's last HTTP
     # status and response, disquette/dispatch.py) is kept beside it.
@@ -53,12 +59,13 @@ def envelope(job: Job, error: BaseException | str, traceback_text: str | None,
 class DeadLetter:
     """A job of a dead-letter queue, read back: ``queue`` and ``job_id`` of
     the original job, ``attempts``, ``error``, ``traceback``, ``failed_at``,
-    ``raw`` (its original bytes), ``body`` (decoded by the client's
-    serializer) and ``job`` (the dead-letter job itself).  A job of that queue
-    that is not an envelope is kept with ``queue`` None and ``raw`` its body."""
+    ``reason`` and ``limit`` (see the module doc), ``raw`` (its original
+    bytes), ``body`` (decoded by the client's serializer) and ``job`` (the
+    dead-letter job itself).  A job of that queue that is not an envelope is
+    kept with ``queue`` None and ``raw`` its body."""
 
     __slots__ = ("job", "queue", "job_id", "attempts", "error", "traceback", "failed_at",
-                 "raw", "body")
+                 "raw", "body", "reason", "limit")
 
     def __init__(self, job: Job, doc: dict[str, Any] | None, serializer: Any) -> None:
         self.job = job
@@ -69,6 +76,8 @@ class DeadLetter:
         self.error: str | None = doc.get("error")
         self.traceback: str | None = doc.get("traceback")
         self.failed_at: float | None = doc.get("failed_at")
+        self.reason: str | None = doc.get("reason")
+        self.limit: str | None = doc.get("limit")
         if "body_base64" in doc:
             self.raw = base64.b64decode(doc["body_base64"])
         elif "body" in doc:
@@ -92,7 +101,8 @@ class DeadLetter:
         body = self.raw.decode("utf-8", "replace")
         return {"dead_id": self.job.id, "queue": self.queue, "id": self.job_id,
                 "attempts": self.attempts, "error": self.error, "failed_at": self.failed_at,
-                "body": body}
+                "reason": self.reason, "limit": self.limit, "body": body}
 
     def __repr__(self) -> str:
-        return f"<DeadLetter {self.job_id} queue={self.queue!r} error={self.error!r}>"
+        return (f"<DeadLetter {self.job_id} queue={self.queue!r} reason={self.reason!r} "
+                f"error={self.error!r}>")

@@ -17,6 +17,7 @@ Every call ends in exactly one of three outcomes, and the type says which
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import redis.exceptions
@@ -132,6 +133,23 @@ class ReplyLostError(DisqueConnectionError):
     the outcome is unknown (indeterminate)."""
 
     sent = True
+
+
+class LeaseLost(asyncio.CancelledError):
+    """A running job is no longer this worker's: WORKING answered TOOLATE or
+    NOJOB (it may be queued again, or handled, or acked by someone else).
+
+    The Worker raises it inside an ``async def`` handler at its current
+    ``await`` (the handler's task is cancelled with it) and from
+    ``job.working()`` in a ``def`` handler (which can also poll
+    ``job.lease_lost``); the worker then neither acks nor nacks the job.
+    A cancellation, not an ``Exception``: ``except Exception`` in a handler
+    does not swallow it.  ``job_id``, ``reason`` (the node's reply)."""
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        super().__init__(f"job {job_id}: lease lost ({reason})")
+        self.job_id = job_id
+        self.reason = reason
 
 
 class AddJobsError(DisqueError):

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from .errors import LeaseLost
+
+# A body not decoded yet (``Job.body`` decodes it on first use: a handler that
+# reads only ``raw``, or nothing, costs no decoding).
+_UNDECODED: Any = object()
+
 
 def text(value: Any) -> str:
     """A reply's bulk string as ``str`` (queue names and ids are binary safe:
@@ -20,27 +26,47 @@ class Job:
     bytes when it cannot be decoded) and ``raw`` (the bytes as stored);
     ``nacks`` and ``additional_deliveries`` (``None`` unless fetched
     WITHCOUNTERS, which ``get_jobs`` does by default); ``node``, the
-    ``host:port`` that delivered it.
+    ``host:port`` that delivered it.  ``lease_lost`` becomes True when the
+    Worker learns the job is no longer its own (see :class:`LeaseLost`);
+    ``trace_context`` holds the producer's trace context when the body
+    carried one (``disquette.tracing``), else None.
 
     ``ack()``, ``fast_ack()``, ``nack()`` and ``working()`` go to the node that
     delivered the job (another one if it is unreachable); with an
     :class:`~disquette.AsyncClient` they return awaitables.
     """
 
-    __slots__ = ("id", "queue", "body", "raw", "nacks", "additional_deliveries", "node",
-                 "_client")
+    __slots__ = ("id", "queue", "_body", "raw", "nacks", "additional_deliveries", "node",
+                 "_client", "_serializer", "lease_lost", "trace_context")
 
     def __init__(self, id: str, queue: str, body: Any, raw: bytes, nacks: int | None = None,
                  additional_deliveries: int | None = None, node: str | None = None,
-                 client: Any = None) -> None:
+                 client: Any = None, serializer: Any = None,
+                 trace_context: dict[str, str] | None = None) -> None:
         self.id = id
         self.queue = queue
-        self.body = body
+        self._body = body
         self.raw = raw
         self.nacks = nacks
         self.additional_deliveries = additional_deliveries
         self.node = node
         self._client = client
+        self._serializer = serializer
+        self.lease_lost = False
+        self.trace_context = trace_context
+
+    @property
+    def body(self) -> Any:
+        """The body decoded by the client's serializer (on first use), or the
+        raw bytes when it cannot be decoded."""
+        body = self._body
+        if body is _UNDECODED:
+            body = self._body = self._serializer.decode(self.raw)
+        return body
+
+    @body.setter
+    def body(self, value: Any) -> None:
+        self._body = value
 
     @property
     def attempts(self) -> int:
@@ -64,7 +90,10 @@ class Job:
 
     def working(self) -> Any:
         """WORKING: postpone the next delivery by the job's RETRY; returns the
-        RETRY seconds (raises TooLateError once half the TTL has elapsed)."""
+        RETRY seconds (raises TooLateError once half the TTL has elapsed).
+        Under a Worker: raises :class:`LeaseLost` once the lease is lost."""
+        if self.lease_lost:
+            raise LeaseLost(self.id, "lost earlier")
         return self._client.working(self.id, node=self.node)
 
     def __repr__(self) -> str:

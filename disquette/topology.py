@@ -21,10 +21,14 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Iterable, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 DEFAULT_PORT = 7711
+# The creating node's id prefix in a job id (D-<prefix>-...), taken in C: the
+# consumer counts it for every job it receives.
+_ORIGIN = itemgetter(slice(2, 10))
 DOWN_PRIORITY = 1000  # below every HELLO priority (100 is FAIL/leaving)
 
 
@@ -202,7 +206,7 @@ class Topology:
         client just moved to, if the consumer rule moved it."""
         if not self.follow_producers:
             return None
-        self._origins.update(jid[2:10] for jid in job_ids)
+        self._origins.update(map(_ORIGIN, job_ids))
         total = sum(self._origins.values())
         if total < self.switch_min_jobs:
             return None

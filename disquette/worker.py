@@ -5,51 +5,69 @@
 
 How a job goes through it:
 
-* The fetch loop asks for at most as many jobs as there are free slots
-  (``GETJOB COUNT free WITHCOUNTERS``, blocking ``poll_ms`` at a time), so no
-  job ever waits in the worker's memory.
-* ``async def`` handlers run as tasks; ``def`` handlers in a thread pool of
-  ``concurrency`` threads.  Success: the job is acked (acks are batched, one
-  ACKJOB per node per loop turn).
+* The fetch loop asks for at most as many jobs as there are free slots, plus
+  ``prefetch`` (default 0) held in memory until a slot frees
+  (``GETJOB COUNT n WITHCOUNTERS``, blocking ``poll_ms`` at a time).
+* ``async def`` handlers run as tasks (a handler that finishes without
+  waiting on anything runs at once, without one); ``def`` handlers in a
+  thread pool of ``concurrency`` threads.  Success: the job is acked (acks
+  are batched, one ACKJOB per node per loop turn).
 * While a handler runs, the worker sends WORKING ``working_after`` seconds
   after it started and then every half RETRY, so a long job is not
-  re-delivered; it stops when the node answers TOOLATE (half the TTL gone).
-* Failure (the handler raised): ``on_failure`` hook, then, if this was
-  delivery number ``max_attempts`` (nacks + additional deliveries + 1), the
-  job is added to the dead-letter queue (default ``<queue>:dead``) with the
-  error and acked; otherwise NACKed (queued again now), or with
-  ``retry_backoff=True`` left alone so that the broker re-queues it when its
-  RETRY elapses (a delay without any broker extension).  A job delivered more
-  than ``max_attempts`` times without finishing (workers that died on it) is
-  dead-lettered without running it again.
+  re-delivered.  When WORKING answers TOOLATE or NOJOB the job is no longer
+  ours (someone else may have it): the handler gets :class:`LeaseLost` (an
+  async handler at its current ``await``, a sync one from ``job.working()``
+  and as ``job.lease_lost``) and the job is neither acked nor NACKed.
+* Failure (the handler raised): ``on_failure`` hook, then the poison policy
+  (``disquette.poison``): over ``max_failures`` (its nacks) or
+  ``max_attempts`` (nacks + additional deliveries + 1) the job is added to
+  the dead-letter queue (default ``<queue>:dead``) with the reason and
+  acked; otherwise NACKed (queued again now), or with ``retry_backoff=True``
+  left alone so that the broker re-queues it when its RETRY elapses.  A job
+  that arrives with too many lost deliveries (``max_lost_deliveries``, or
+  over ``max_attempts``: workers died on it) is dead-lettered without
+  running it again.
 * Shutdown (``stop()``, SIGTERM or SIGINT when ``run()`` is called in the main
-  thread): stop fetching, let the jobs in flight finish for up to
-  ``grace_period`` seconds, NACK the rest, flush the acks.  A second signal
-  (``stop(force=True)``) exits at once: unfinished jobs come back by RETRY.
+  thread): stop fetching; jobs taken but not started go back at once with
+  ENQUEUE (no failure counted); the jobs in flight get ``grace_period``
+  seconds to finish, the rest are NACKed; acks are flushed.
+  ``handed_back`` lists both.  A second signal (``stop(force=True)``) exits
+  at once: unfinished jobs come back by RETRY.
+* ``run_until_empty()`` (``serve_until_empty()``): for tests, serve until the
+  queues are empty and nothing is in flight, then stop.
+* With opentelemetry: ``deliver``, ``handle`` and ``ack`` spans
+  (``disquette.tracing``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import signal
+import sys
 import threading
 import time
 import traceback
-from collections import Counter
+from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Generator, Iterable
 
+from . import tracing
 from .aio import AsyncClient
 from .commands import getjob_request, ids_request
 from .dead_letters import dead_queue_name, envelope
-from .errors import DisqueConnectionError, DisqueError, NoJobError, TooLateError
+from .errors import DisqueConnectionError, DisqueError, LeaseLost, NoJobError, TooLateError
 from .job import Job
 from .metrics import WorkerMetrics
+from .poison import PoisonPolicy, Verdict
 
 log = logging.getLogger("disquette.worker")
 
+# Python 3.12+ starts a Task at once (a handler that never waits then costs
+# no turn of the event loop); 3.11 schedules it.
+_EAGER_TASKS = sys.version_info >= (3, 12)
 KEEPALIVE_TICK = 0.1   # seconds between looks at the running jobs
 ACK_RETRY_DELAY = 0.5  # seconds before acks that failed are sent again
 FETCH_ERROR_DELAY = 0.5
@@ -78,8 +96,18 @@ class _ThreadBridge:
     worker's AsyncClient, called from the handler's thread (``job.working()``
     blocks that thread until the event loop has the answer)."""
 
-    def __init__(self, client: AsyncClient, loop: asyncio.AbstractEventLoop) -> None:
-        self._client, self._loop = client, loop
+    def __init__(self, worker: "Worker", loop: asyncio.AbstractEventLoop) -> None:
+        self._worker: Worker | None = worker
+        self._client, self._loop = worker._aclient, loop
+
+    def working(self, job_id: str, node: str | None = None) -> int:
+        """A handler's own WORKING: a refusal means the lease is lost."""
+        worker = self._worker
+        if worker is None:  # the worker stopped: a plain WORKING
+            return self.__getattr__("working")(job_id, node=node)
+        call = asyncio.run_coroutine_threadsafe(worker._handler_working(job_id, node),
+                                                self._loop)
+        return call.result()
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._client, name)
@@ -96,7 +124,8 @@ class _ThreadBridge:
 
 
 class _Running:
-    __slots__ = ("job", "task", "started", "next_touch", "touching", "too_late", "abandoned")
+    __slots__ = ("job", "task", "started", "next_touch", "touching", "quiet", "abandoned",
+                 "handling", "span")
 
     def __init__(self, job: Job, started: float, first_touch: float) -> None:
         self.job = job
@@ -104,8 +133,41 @@ class _Running:
         self.started = started
         self.next_touch = started + first_touch
         self.touching = False
-        self.too_late = False
-        self.abandoned = False
+        self.quiet = False       # no more WORKING (retry_backoff: RETRY re-queues it)
+        self.abandoned = False   # the grace period is over: the worker NACKed it
+        self.handling = False    # the handler runs now
+        self.span: Any = None    # the deliver span, with tracing
+
+
+class _Guard:
+    """Awaits an async handler's coroutine; when the Task is cancelled
+    because the lease was lost, the handler gets LeaseLost at its current
+    ``await`` instead of a plain CancelledError."""
+
+    __slots__ = ("coro", "job")
+
+    def __init__(self, coro: Any, job: Job) -> None:
+        self.coro, self.job = coro, job
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, job = self.coro, self.job
+        sent: Any = None
+        thrown: BaseException | None = None
+        while True:
+            try:
+                pending = coro.send(sent) if thrown is None else coro.throw(thrown)
+            except StopIteration as done:
+                return done.value
+            try:
+                sent, thrown = (yield pending), None
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as e:  # the Task's cancellation, mostly
+                sent, thrown = None, e
+                if (job.lease_lost and isinstance(e, asyncio.CancelledError)
+                        and not isinstance(e, LeaseLost)):
+                    thrown = LeaseLost(job.id, "WORKING refused")
 
 
 class Worker:
@@ -113,11 +175,17 @@ class Worker:
 
     ``client``: a :class:`~disquette.Client` (the worker makes an AsyncClient
     twin with the same options) or an :class:`~disquette.AsyncClient`.
-    ``concurrency``: jobs handled at once.  ``max_attempts``: deliveries
-    before dead-lettering (None: never).  ``dead_letter_queue``: a name, or a
+    ``concurrency``: jobs handled at once.  ``prefetch``: jobs taken beyond
+    the free slots, waiting in memory for one (0: none; they get no WORKING,
+    keep it small next to RETRY).  Poison policy (``disquette.poison``, None:
+    no limit): ``max_failures`` (handler failures, the job's nacks),
+    ``max_lost_deliveries`` (deliveries that never answered, its
+    additional-deliveries) and ``max_attempts`` (default 5: both together,
+    nacks + additional deliveries + 1).  ``dead_letter_queue``: a name, or a
     function of the job's queue (default ``"<queue>:dead"``).
     ``retry_backoff``: on failure, let RETRY re-queue the job instead of
-    NACKing it.  ``grace_period``: seconds in-flight jobs get at shutdown.
+    NACKing it (the failure then counts as a lost delivery).
+    ``grace_period``: seconds in-flight jobs get at shutdown.
     ``poll_ms``: how long one GETJOB blocks.  ``working_after``: seconds a
     handler runs before the first WORKING.  ``fast_ack``: FASTACK instead of
     ACKJOB.  ``fetchers``: GETJOBs in flight at once (each for up to
@@ -125,8 +193,9 @@ class Worker:
     (sync or async): ``before_job(job)``, ``after_job(job, error_or_None)``,
     ``on_failure(job, error)``.
     ``metrics``: Prometheus counters (default: when prometheus-client is
-    importable).  ``stats`` counts outcomes (ok, failed, dead_lettered,
-    handed_back).
+    importable).  ``tracing``: OpenTelemetry spans (``disquette.tracing``;
+    None: when a tracer provider is set).  ``stats`` counts outcomes (ok,
+    failed, dead_lettered, returned, handed_back, lease_lost).
     """
 
     def __init__(self, client: Any, queues: str | Iterable[str],
@@ -139,16 +208,22 @@ class Worker:
                  before_job: Callable[..., Any] | None = None,
                  after_job: Callable[..., Any] | None = None,
                  on_failure: Callable[..., Any] | None = None,
-                 metrics: bool | None = None) -> None:
+                 metrics: bool | None = None, max_failures: int | None = None,
+                 max_lost_deliveries: int | None = None, prefetch: int = 0,
+                 tracing: bool | None = None) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if prefetch < 0:
+            raise ValueError("prefetch must be 0 or more")
         self.client = client
         self.queues = [queues] if isinstance(queues, str) else list(queues)
         if not self.queues:
             raise ValueError("a Worker needs at least one queue")
         self.handler = handler
         self.concurrency = concurrency
+        self.prefetch = prefetch
         self.max_attempts = max_attempts
+        self.policy = PoisonPolicy(max_attempts, max_failures, max_lost_deliveries)
         self.dead_letter_queue = dead_letter_queue
         self.retry_backoff = retry_backoff
         self.grace_period = grace_period
@@ -161,19 +236,30 @@ class Worker:
         self.metrics = WorkerMetrics.get() if metrics is None or metrics else None
         if metrics and self.metrics is None:
             raise RuntimeError("metrics=True needs prometheus-client installed")
+        self.tracing = tracing
         self.stats: Counter[str] = Counter()
+        self.handed_back: dict[str, list[str]] = {"not_started": [], "unfinished": []}
         self._async_handler = _is_async(handler)
         self._stopping = False
         self._forced = False
+        self._until_empty = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._main: asyncio.Task[None] | None = None
         self._inflight: dict[str, _Running] = {}
+        self._buffer: deque[Job] = deque()
+        self._starting = False
+        self._tracer: Any = None
 
     # -- public
     @property
     def in_flight(self) -> int:
         """Jobs being handled now."""
         return len(self._inflight)
+
+    @property
+    def buffered(self) -> int:
+        """Jobs taken (``prefetch``) and waiting for a slot."""
+        return len(self._buffer)
 
     @property
     def aclient(self) -> AsyncClient:
@@ -203,6 +289,27 @@ class Worker:
         """Serve until stopped, in a new event loop (uvloop when available).
         In the main thread, SIGTERM and SIGINT stop it gracefully; a second
         signal exits at once."""
+        self._run_loop(self._serve_with_signals())
+
+    def run_until_empty(self, timeout: float | None = None) -> None:
+        """For tests: serve until the queues are empty (on the worker's node)
+        and nothing is in flight, then stop as ``stop()`` does and return.
+        Jobs waiting for their DELAY or RETRY are not waited for.  Raises
+        TimeoutError (after stopping) if that takes over ``timeout`` seconds."""
+        self._run_loop(self.serve_until_empty(timeout))
+
+    async def serve_until_empty(self, timeout: float | None = None) -> None:
+        """``run_until_empty`` inside a running event loop."""
+        self._until_empty = True
+        serving = asyncio.ensure_future(self.serve())
+        done, _ = await asyncio.wait([serving], timeout=timeout)
+        if not done:
+            self._request_stop(False)
+            await serving
+            raise TimeoutError(f"queues {self.queues} not empty after {timeout} s")
+        serving.result()
+
+    def _run_loop(self, main: Any) -> None:
         try:
             import uvloop  # optional: a dependency everywhere but on Windows
 
@@ -210,7 +317,7 @@ class Worker:
         except ImportError:  # pragma: no cover
             factory = None
         with asyncio.Runner(loop_factory=factory) as runner:
-            runner.run(self._serve_with_signals())
+            runner.run(main)
 
     @property
     def forced(self) -> bool:
@@ -222,9 +329,11 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         owned = not isinstance(self.client, AsyncClient)
         self._aclient = self.client.as_async() if owned else self.client
-        self._bridge = _ThreadBridge(self._aclient, self._loop)
+        self._bridge = _ThreadBridge(self, self._loop)
         self._executor = None if self._async_handler else ThreadPoolExecutor(
             self.concurrency, thread_name_prefix="disquette-worker")
+        self._tracer = tracing.tracer_for(self.tracing)
+        self._ack_links: dict[str, Any] = {}  # job id -> its deliver span's context
         self._slot_free = asyncio.Event()
         self._acks: dict[str, list[str]] = {}
         self._ack_wakeup = asyncio.Event()
@@ -259,9 +368,10 @@ class Worker:
         await asyncio.gather(*(self._fetch_loop() for _ in range(self.fetchers)))
 
     async def _fetch_loop(self) -> None:
-        batch = -(-self.concurrency // self.fetchers)
+        batch = -(-(self.concurrency + self.prefetch) // self.fetchers)
+        room = self.concurrency + self.prefetch
         while not self._stopping:
-            free = self.concurrency - len(self._inflight) - self._reserved
+            free = room - len(self._inflight) - len(self._buffer) - self._reserved
             if free <= 0:
                 self._slot_free.clear()
                 await self._slot_free.wait()
@@ -279,27 +389,41 @@ class Worker:
                 self._fetching -= 1
                 self._reserved -= count
             if self._stopping:
-                await self._hand_back(jobs)
+                await self._return_jobs(jobs)
                 return
+            if not jobs and self._until_empty:
+                if not (self._inflight or self._buffer or self._fetching):
+                    self._request_stop(False)  # nothing queued, nothing running: done
+                    return
+                self._slot_free.clear()  # something runs: look again when it ends
+                await self._slot_free.wait()
+                continue
+            now = time.monotonic()
             for job in jobs:
-                self._start(job)
+                if len(self._inflight) < self.concurrency:
+                    self._start(job, now)
+                else:
+                    self._buffer.append(job)
             await asyncio.sleep(0)  # let finished handlers free their slots together
 
     async def _fetch(self, free: int) -> list[Job]:
         """GETJOB for ``free`` jobs; the acks waiting for the same node go in
         the same write (see ``_ack``)."""
         client = self._aclient
-        get = getjob_request(tuple(self.queues), free, self.poll_ms, False, True)
+        get = getjob_request(tuple(self.queues), free, self.poll_ms, self._until_empty, True)
         node = client.node
         ids = self._acks.pop(node, None)
         if not ids:
             return await client._run(get)
-        acked, jobs = await client._ack_and_get(
-            ids_request("FASTACK" if self.fast_ack else "ACKJOB", (ids,)), get)
+        command = "FASTACK" if self.fast_ack else "ACKJOB"
+        span = self._ack_span(command, ids)
+        acked, jobs = await client._ack_and_get(ids_request(command, (ids,)), get)
         if isinstance(acked, DisqueConnectionError):
             self._acks.setdefault(node, []).extend(ids)  # send them again
         elif isinstance(acked, Exception):
             log.error("ack of %d jobs refused: %s", len(ids), acked)
+        if span is not None:
+            tracing.end_ack(span, acked if isinstance(acked, Exception) else None)
         if isinstance(jobs, Exception):
             raise jobs
         return jobs
@@ -311,49 +435,118 @@ class Worker:
         except asyncio.TimeoutError:
             pass
 
-    def _start(self, job: Job) -> None:
-        run = _Running(job, time.monotonic(), self.working_after)
+    def _start(self, job: Job, now: float) -> None:
+        run = _Running(job, now, self.working_after)
         self._inflight[job.id] = run
         if not self._async_handler:
             job._client = self._bridge
-        run.task = asyncio.create_task(self._process(run))
+        if self._tracer is not None:
+            run.span = tracing.start_deliver(self._tracer, job)
         if self.metrics:
             self.metrics.in_flight.inc()
+        if _EAGER_TASKS:  # runs at once, as the current task, until it first waits
+            run.task = asyncio.Task(self._process(run), loop=self._loop, eager_start=True)
+        else:
+            run.task = self._loop.create_task(self._process(run))
+
+    def _start_buffered(self) -> None:
+        """Start prefetched jobs while slots are free (a loop, not recursion:
+        a job that ends at once calls here again)."""
+        if self._starting:
+            return
+        self._starting = True
+        try:
+            now = time.monotonic()
+            while (self._buffer and not self._stopping
+                   and len(self._inflight) < self.concurrency):
+                self._start(self._buffer.popleft(), now)
+        finally:
+            self._starting = False
 
     # -- one job
     async def _process(self, run: _Running) -> None:
         job = run.job
         error: BaseException | None = None
+        outcome = "ok"
         try:
-            if self.max_attempts and job.attempts > self.max_attempts:
-                error = RuntimeError(f"delivered {job.attempts} times without finishing "
-                                     f"(max_attempts {self.max_attempts})")
-                await self._dead_letter(job, error, None)
-                return
+            if job.nacks or job.additional_deliveries:  # a fresh job is over no limit
+                verdict = self.policy.on_delivery(job)
+                if verdict is not None:
+                    outcome = await self._dead_letter(run, RuntimeError(verdict.message),
+                                                      None, verdict)
+                    return
             if self.before_job is not None:
                 await _call_hook(self.before_job, job)
             try:
-                if self._async_handler:
-                    await self.handler(job)
+                if self._tracer is not None:
+                    await self._handle_traced(run)
+                elif self._async_handler:  # _handle, inline: the no-op path is hot
+                    run.handling = True
+                    try:
+                        await _Guard(self.handler(job), job)
+                    finally:
+                        run.handling = False
                 else:
-                    await self._loop.run_in_executor(self._executor, self.handler, job)
-            except asyncio.CancelledError:
-                raise
+                    await self._handle(run)
+            except asyncio.CancelledError as exc:
+                if not job.lease_lost:
+                    raise
+                error, outcome = exc, self._lease_lost(job)
             except Exception as exc:
                 error = exc
-                if not run.abandoned:
-                    await self._failed(run, exc, traceback.format_exc())
+                if job.lease_lost:
+                    outcome = self._lease_lost(job)
+                elif run.abandoned:
+                    outcome = "handed_back"
+                else:
+                    outcome = await self._failed(run, exc, traceback.format_exc())
             else:
-                if not run.abandoned:
-                    self._ack(job)
-                    self._finished(job, "ok", run)
+                if job.lease_lost:  # it finished, but it is no longer ours to ack
+                    outcome = self._lease_lost(job)
+                elif run.abandoned:
+                    outcome = "handed_back"
+                else:
+                    self._ack(job, run)
+                    if self.metrics is None:  # _finished, inline: the hot path
+                        self.stats["ok"] += 1
+                    else:
+                        self._finished(job, "ok", run)
             if self.after_job is not None:
                 await _call_hook(self.after_job, job, error)
         finally:
             del self._inflight[job.id]
+            if self._buffer:
+                self._start_buffered()
             self._slot_free.set()
             if self.metrics:
                 self.metrics.in_flight.dec()
+            if run.span is not None:
+                tracing.end_deliver(run.span, outcome)
+
+    async def _handle(self, run: _Running) -> None:
+        job = run.job
+        run.handling = True  # a lost lease cancels the Task only in here
+        try:
+            if self._async_handler:
+                await _Guard(self.handler(job), job)
+            else:
+                await self._loop.run_in_executor(self._executor, self.handler, job)
+        finally:
+            run.handling = False
+
+    async def _handle_traced(self, run: _Running) -> None:
+        job = run.job
+        with tracing.handle_span(self._tracer, run.span, job):
+            if self._async_handler:
+                await self._handle(run)
+            else:  # the thread runs in this context: the handle span is current there
+                context = contextvars.copy_context()
+                run.handling = True
+                try:
+                    await self._loop.run_in_executor(self._executor, context.run,
+                                                     self.handler, job)
+                finally:
+                    run.handling = False
 
     def _finished(self, job: Job, outcome: str, run: _Running | None = None) -> None:
         self.stats[outcome] += 1
@@ -361,60 +554,101 @@ class Worker:
             self.metrics.finished(job.queue, outcome,
                                   time.monotonic() - run.started if run else None)
 
-    async def _failed(self, run: _Running, exc: BaseException, tb: str) -> None:
+    def _lease_lost(self, job: Job) -> str:
+        log.warning("job %s (queue %s): lease lost, neither acked nor NACKed", job.id,
+                    job.queue)
+        self._finished(job, "lease_lost")
+        return "lease_lost"
+
+    async def _failed(self, run: _Running, exc: BaseException, tb: str) -> str:
         job = run.job
         self._finished(job, "failed", run)
         log.warning("job %s (queue %s, attempt %d) failed: %r", job.id, job.queue,
                     job.attempts, exc)
         await _call_hook(self.on_failure, job, exc)
-        if self.max_attempts and job.attempts >= self.max_attempts:
-            await self._dead_letter(job, exc, tb)
-        elif self.retry_backoff:
-            run.too_late = True  # no more WORKING: RETRY re-queues it
+        verdict = self.policy.after_failure(job)
+        if verdict is not None:
+            return await self._dead_letter(run, exc, tb, verdict)
+        if self.retry_backoff:
+            run.quiet = True  # no more WORKING: RETRY re-queues it
         else:
             await self._nack([job])
+        return "failed"
 
-    async def _dead_letter(self, job: Job, error: BaseException, tb: str | None) -> None:
+    async def _dead_letter(self, run: _Running, error: BaseException, tb: str | None,
+                           verdict: Verdict) -> str:
+        job = run.job
         dlq = self.dead_queue_for(job.queue)
+        body = envelope(job, error, tb, time.time(), verdict.reason, verdict.limit)
         try:
-            await self._aclient.add_job(dlq, envelope(job, error, tb, time.time()),
-                                        ttl=self.dead_letter_ttl)
+            if run.span is not None:
+                with tracing.current_context(run.span):
+                    await self._aclient.add_job(dlq, body, ttl=self.dead_letter_ttl)
+            else:
+                await self._aclient.add_job(dlq, body, ttl=self.dead_letter_ttl)
         except DisqueError as e:
             log.error("could not add job %s to dead-letter queue %s (%s); NACKing it",
                       job.id, dlq, e)
             await self._nack([job])
-            return
-        log.error("job %s (queue %s) dead-lettered to %s after %d attempts: %s", job.id,
-                  job.queue, dlq, job.attempts, error)
-        self._ack(job)
+            return "failed"
+        log.error("job %s (queue %s) dead-lettered to %s (%s, %s) after %d attempts: %s",
+                  job.id, job.queue, dlq, verdict.reason, verdict.limit, job.attempts, error)
+        self._ack(job, run)
         self._finished(job, "dead_lettered")
+        return "dead_lettered"
 
     async def _nack(self, jobs: list[Job]) -> None:
-        by_node: dict[str | None, list[str]] = {}
-        for job in jobs:
-            by_node.setdefault(job.node, []).append(job.id)
-        for node, ids in by_node.items():
+        for node, ids in _by_node(jobs).items():
             try:
                 await self._aclient.nack_job(*ids, node=node)
             except DisqueError as e:
                 log.warning("NACK of %d jobs failed (%s): they come back after RETRY",
                             len(ids), e)
 
-    async def _hand_back(self, jobs: list[Job]) -> None:
-        if jobs:
-            await self._nack(jobs)
-            for job in jobs:
-                self._finished(job, "handed_back")
+    async def _return_jobs(self, jobs: list[Job]) -> None:
+        """Jobs taken but never started go back to their queue with ENQUEUE:
+        no failure counted (their next delivery counts as an additional one,
+        as Disque counts every requeue that is not a NACK)."""
+        if not jobs:
+            return
+        self.handed_back["not_started"].extend(j.id for j in jobs)
+        for job in jobs:
+            self._finished(job, "returned")
+            if self._tracer is not None:  # never started: a deliver span of its own
+                tracing.end_deliver(tracing.start_deliver(self._tracer, job), "returned")
+        for node, ids in _by_node(jobs).items():
+            try:
+                await self._aclient.enqueue(*ids, node=node)
+            except DisqueError as e:
+                log.warning("ENQUEUE of %d jobs not started failed (%s): they come back "
+                            "after RETRY", len(ids), e)
+
+    async def _return_buffered(self) -> None:
+        jobs = list(self._buffer)
+        self._buffer.clear()
+        await self._return_jobs(jobs)
 
     # -- acks
-    def _ack(self, job: Job) -> None:
+    def _ack(self, job: Job, run: _Running) -> None:
         """Acks wait for the next GETJOB to the same node, which carries them
         (no round trip of their own); the ack loop sends them when no GETJOB
         is coming soon: every fetch loop is in one, or they are for another node."""
-        self._acks.setdefault(job.node, []).append(job.id)
+        waiting = self._acks.get(job.node)
+        if waiting is None:
+            self._acks[job.node] = [job.id]
+        else:
+            waiting.append(job.id)
+        if run.span is not None:
+            self._ack_links[job.id] = run.span.get_span_context()
         if (self._fetching == self.fetchers or self._stopping
                 or job.node != self._aclient.node):
             self._ack_wakeup.set()
+
+    def _ack_span(self, command: str, ids: list[str]) -> Any:
+        if self._tracer is None:
+            return None
+        links = [ctx for ctx in map(self._ack_links.pop, ids, [None] * len(ids)) if ctx]
+        return tracing.start_ack(self._tracer, command, links)
 
     async def _ack_loop(self) -> None:
         while not self._acks_closing:
@@ -430,17 +664,22 @@ class Worker:
         send = self._aclient.fast_ack if self.fast_ack else self._aclient.ack_job
         ok = True
         for node, ids in pending.items():
+            span = self._ack_span("FASTACK" if self.fast_ack else "ACKJOB", ids)
+            error: BaseException | None = None
             try:
                 await send(*ids, node=node)
             except DisqueConnectionError as e:
-                ok = False
+                ok, error = False, e
                 log.warning("ack of %d jobs failed (%s)%s", len(ids), e,
                             "; retrying" if keep_failed else ": they come back after RETRY")
                 if keep_failed:
                     self._acks.setdefault(node, []).extend(ids)
                     self._ack_wakeup.set()
             except DisqueError as e:
+                error = e
                 log.error("ack of %d jobs refused: %s", len(ids), e)
+            if span is not None:
+                tracing.end_ack(span, error)
         return ok
 
     # -- WORKING
@@ -449,7 +688,8 @@ class Worker:
             await asyncio.sleep(KEEPALIVE_TICK)
             now = time.monotonic()
             for run in list(self._inflight.values()):
-                if run.next_touch <= now and not (run.touching or run.too_late or run.abandoned):
+                if run.next_touch <= now and not (run.touching or run.quiet or run.abandoned
+                                                  or run.job.lease_lost):
                     run.touching = True
                     self._spawn(self._touch(run))
 
@@ -464,17 +704,41 @@ class Worker:
             retry = await self._aclient.working(job.id, node=job.node)
             run.next_touch = time.monotonic() + max(0.2, min(retry / 2, retry - 0.5))
         except (TooLateError, NoJobError) as e:
-            run.too_late = True
-            log.warning("job %s: WORKING refused (%s); it may be delivered again", job.id, e)
+            self._lose_lease(run, e)
         except DisqueError as e:
             run.next_touch = time.monotonic() + 0.2
             log.warning("job %s: WORKING failed (%s)", job.id, e)
         finally:
             run.touching = False
 
+    def _lose_lease(self, run: _Running, reply: BaseException) -> None:
+        """WORKING was refused: the job may be someone else's now.  An async
+        handler is cancelled (with LeaseLost, see _Resume); a sync one sees
+        ``job.lease_lost`` and LeaseLost from ``job.working()``."""
+        job = run.job
+        if job.lease_lost:
+            return
+        job.lease_lost = True
+        log.warning("job %s: WORKING refused (%s): lease lost", job.id, reply)
+        if self._async_handler and run.handling and run.task is not None and not run.abandoned:
+            run.task.cancel()
+
+    async def _handler_working(self, job_id: str, node: str | None) -> int:
+        """WORKING asked by a ``def`` handler (``job.working()``)."""
+        run = self._inflight.get(job_id)
+        try:
+            return await self._aclient.working(job_id, node=node)
+        except (TooLateError, NoJobError) as e:
+            if run is not None:
+                self._lose_lease(run, e)
+            raise LeaseLost(job_id, str(e)) from e
+
     # -- stopping
     def _request_stop(self, force: bool) -> None:
-        self._stopping = True
+        if not self._stopping:
+            self._stopping = True
+            if self._buffer:
+                self._spawn(self._return_buffered())  # not started: back at once
         self._slot_free.set()
         self._ack_wakeup.set()
         if force and not self._forced:
@@ -494,9 +758,13 @@ class Worker:
         for run in late:
             run.abandoned = True
             run.task.cancel()
-        if late:
-            log.warning("grace period over: handing back %d unfinished jobs", len(late))
-            await self._hand_back([r.job for r in late])
+        unfinished = [r.job for r in late if not r.job.lease_lost]
+        if unfinished:
+            log.warning("grace period over: handing back %d unfinished jobs", len(unfinished))
+            self.handed_back["unfinished"].extend(j.id for j in unfinished)
+            await self._nack(unfinished)
+            for job in unfinished:
+                self._finished(job, "handed_back")
         if self._side_tasks:
             await asyncio.wait(list(self._side_tasks), timeout=5.0)
         self._acks_closing = True  # the ack loop ends after its current flush
@@ -519,6 +787,9 @@ class Worker:
             self._executor.shutdown(wait=False, cancel_futures=True)
         if owned:
             await self._aclient.aclose()
+        # The bridge refers back to the worker: break the cycle, so that the
+        # connections are freed now rather than by a later garbage collection.
+        self._bridge._worker = None
         log.info("worker stopped%s: %s", " (forced)" if self._forced else "", dict(self.stats))
 
     async def _serve_with_signals(self) -> None:
@@ -544,3 +815,10 @@ class Worker:
             log.warning("%s: stopping (grace period %.0f s; %s again exits at once)", name,
                         self.grace_period, name)
             self._request_stop(force=False)
+
+
+def _by_node(jobs: list[Job]) -> dict[str | None, list[str]]:
+    by_node: dict[str | None, list[str]] = {}
+    for job in jobs:
+        by_node.setdefault(job.node, []).append(job.id)
+    return by_node
