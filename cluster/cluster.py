@@ -53,6 +53,17 @@ HANDLERS = {
 }
 
 
+def _same_items(a: list, b: list) -> bool:
+    """Two batches of the same messages: the same payload objects, in order (as
+    send_many queues one payload for several nodes)."""
+    if len(a) != len(b):
+        return False
+    for i in range(len(a)):
+        if a[i] is not b[i]:
+            return False
+    return True
+
+
 def announced_address(config) -> tuple[str, int, int]:
     """(ip, port, bus port) peers are told: the announce directives when set."""
     ip = config.cluster_announce_ip
@@ -146,14 +157,24 @@ class Cluster:
         nodes = self.m.nodes
         message = self.m.message
         out = self.out
+        # Destinations queued the same messages (a REPLJOB to every copy's holder)
+        # share one message object, which the shell encodes once.
+        made: list[tuple[list, B.BusMessage]] = []
         for nid, items in self.batches.items():
             n = nodes.get(nid)
             if n is None or not n.ip:
                 continue
-            if len(items) == 2:
-                msg = message(items[0], items[1])
-            else:
-                msg = message(B.BATCH, items)
+            msg = None
+            for other, earlier in made:
+                if _same_items(items, other):
+                    msg = earlier
+                    break
+            if msg is None:
+                if len(items) == 2:
+                    msg = message(items[0], items[1])
+                else:
+                    msg = message(B.BATCH, items)
+                made.append((items, msg))
             out.append(Send(nid, n.ip, n.bus_port, msg))
         self.batches = {}
 

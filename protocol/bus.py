@@ -28,8 +28,7 @@ import hashlib
 import hmac
 import re
 import struct
-from dataclasses import dataclass
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import msgpack
 
@@ -145,35 +144,67 @@ class GossipEntry(NamedTuple):
     pong_received_age: int
 
 
-@dataclass(slots=True)
 class BusMessage:
-    """A decoded bus message: the common header plus a typed payload."""
+    """A decoded bus message: the common header plus a typed payload.
 
-    type: int
-    sender: str          # 40 hex chars, the sender's node id
-    ip: str              # announced ip, "" when the sender does not know it yet
-    port: int            # client port
-    bus_port: int
-    flags: int = 0       # sender flags (FLAG_LEAVING)
-    gossip: list = ()    # list[GossipEntry]
-    payload: Any = None
-    # Job-layer messages whose payload did not have its type's shape, dropped
-    # by decode_body (a BATCH keeps its good entries; a single message keeps
-    # its header, with payload None): counted by the receiver.
-    malformed: int = 0
+    A plain class with typed fields rather than a dataclass: the compiled build
+    (setup.py) makes it a native class with C fields, which a slots dataclass
+    cannot be; equality and repr are a dataclass's."""
+
+    __slots__ = ("type", "sender", "ip", "port", "bus_port", "flags", "gossip", "payload",
+                 "malformed")
+
+    def __init__(self, type: int, sender: str, ip: str, port: int, bus_port: int,
+                 flags: int = 0, gossip: Sequence[GossipEntry] = (), payload: Any = None,
+                 malformed: int = 0) -> None:
+        self.type = type
+        self.sender = sender        # 40 hex chars, the sender's node id
+        self.ip = ip                # announced ip, "" when the sender does not know it yet
+        self.port = port            # client port
+        self.bus_port = bus_port
+        self.flags = flags          # sender flags (FLAG_LEAVING)
+        self.gossip = gossip
+        self.payload = payload
+        # Job-layer messages whose payload did not have its type's shape, dropped
+        # by decode_body (a BATCH keeps its good entries; a single message keeps
+        # its header, with payload None): counted by the receiver.
+        self.malformed = malformed
+
+    def _fields(self) -> tuple:
+        return (self.type, self.sender, self.ip, self.port, self.bus_port, self.flags,
+                self.gossip, self.payload, self.malformed)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BusMessage):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __repr__(self) -> str:
+        return ("BusMessage(type=%r, sender=%r, ip=%r, port=%r, bus_port=%r, flags=%r, "
+                "gossip=%r, payload=%r, malformed=%r)" % self._fields())
 
     @property
     def type_name(self) -> str:
         return TYPE_NAMES.get(self.type, str(self.type))
 
 
+# One packer for the bodies (msgpack.packb makes a new one per call: half the
+# cost of a small body); the process is one thread. A packer keeps its buffer at
+# the largest body it made, so one that made a big body (a job of many MB) is
+# replaced rather than kept.
+_PACKER = msgpack.Packer(use_bin_type=True)
+_PACKER_KEEP = 1 << 20
+
+
 def encode_body(msg: BusMessage) -> bytes:
     """The msgpack body alone (no length prefix)."""
-    return msgpack.packb(
+    global _PACKER
+    body: bytes = _PACKER.pack(
         [PROTOCOL_VERSION, msg.type, msg.sender, msg.ip, msg.port, msg.bus_port,
-         msg.flags, msg.gossip, msg.payload],
-        use_bin_type=True,
-    )
+         msg.flags, msg.gossip, msg.payload])
+    if len(body) > _PACKER_KEEP:
+        _PACKER = msgpack.Packer(use_bin_type=True)
+    return body
 
 
 def encode_frame(msg: BusMessage, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> bytes:
@@ -200,49 +231,104 @@ def unbatch(msg: BusMessage) -> list[BusMessage]:
 # A peer's payload is checked here, where it is decoded, so that the handlers
 # (cluster/*.py) only ever see the shapes they were written for: a malformed one
 # is the peer's fault and is dropped, counted; an exception in a handler is ours.
-def _job_id(x) -> bool:
+def _job_id(x: Any) -> bool:
     return type(x) is bytes and len(x) == 40 and x[:2] == b"D-"
 
 
-def _int(x) -> bool:
+def _int(x: Any) -> bool:
     return type(x) is int
 
 
-def _node_ids(x) -> bool:
-    return x is None or (type(x) is list and all(
-        type(n) is str and _HEX40.match(n) is not None for n in x))
+# Node ids found well formed (the senders, the holders REPLJOB lists: a handful
+# in a cluster), so the ids of every frame are not matched again; bounded, as
+# what is in it comes from peers.
+_CHECKED_IDS: set[str] = set()
+_CHECKED_IDS_MAX = 4096
+
+
+def _node_id(x: Any) -> bool:
+    """40 lowercase hex chars (a str)."""
+    if type(x) is not str:
+        return False
+    if x in _CHECKED_IDS:
+        return True
+    if _HEX40.match(x) is None:
+        return False
+    if len(_CHECKED_IDS) >= _CHECKED_IDS_MAX:
+        _CHECKED_IDS.clear()
+    _CHECKED_IDS.add(x)
+    return True
+
+
+def _node_ids(x: Any) -> bool:
+    if x is None:
+        return True
+    if type(x) is not list:
+        return False
+    for n in x:
+        if not _node_id(n):
+            return False
+    return True
 
 
 _JOB_INTS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 13)
 
 
-def _job_fields(f) -> bool:
+def _job_fields(f: Any) -> bool:
     """broker/job.py's job_to_fields: id, queue, body, state, flags, repl, etime,
     ctime, delay, retry, nacks, additional-deliveries, nodes-delivered, requeue time."""
-    return (type(f) is list and len(f) == 14 and _job_id(f[0]) and type(f[1]) is bytes
-            and type(f[2]) is bytes and all(type(f[i]) is int for i in _JOB_INTS)
-            and _node_ids(f[12]))
+    if not (type(f) is list and len(f) == 14 and _job_id(f[0]) and type(f[1]) is bytes
+            and type(f[2]) is bytes):
+        return False
+    for i in _JOB_INTS:
+        if type(f[i]) is not int:
+            return False
+    return _node_ids(f[12])
 
 
-def _id_and_int(p) -> bool:
+def _id_and_int(p: Any) -> bool:
     return type(p) is list and len(p) == 2 and _job_id(p[0]) and type(p[1]) is int
 
 
-PAYLOAD_SHAPES = {
+def _queued(p: Any) -> bool:
+    return type(p) is list and len(p) == 3 and _job_id(p[0]) and _int(p[1]) and _int(p[2])
+
+
+def _needjobs(p: Any) -> bool:
+    if not (type(p) is list and len(p) in (2, 3) and type(p[0]) is bytes):
+        return False
+    for v in p[1:]:
+        if type(v) is not int:
+            return False
+    return True
+
+
+def _yourjobs(p: Any) -> bool:
+    if type(p) is not list:
+        return False
+    for f in p:
+        if not _job_fields(f):
+            return False
+    return True
+
+
+def _pause(p: Any) -> bool:
+    return type(p) is list and len(p) == 2 and type(p[0]) is bytes and _int(p[1])
+
+
+PAYLOAD_SHAPES: dict[int, Callable[[Any], bool]] = {
     REPLJOB: _job_fields,
     GOTJOB: _job_id,
     ENQUEUE: _job_id,
     WILLQUEUE: _job_id,
     WORKING: _job_id,
     DELJOB: _job_id,
-    QUEUED: lambda p: (type(p) is list and len(p) == 3 and _job_id(p[0]) and _int(p[1])
-                       and _int(p[2])),
+    QUEUED: _queued,
     SETACK: _id_and_int,
     GOTACK: _id_and_int,
-    NEEDJOBS: lambda p: (type(p) is list and len(p) in (2, 3) and type(p[0]) is bytes
-                         and all(type(v) is int for v in p[1:])),
-    YOURJOBS: lambda p: type(p) is list and all(_job_fields(f) for f in p),
-    PAUSE: lambda p: type(p) is list and len(p) == 2 and type(p[0]) is bytes and _int(p[1]),
+    NEEDJOBS: _needjobs,
+    YOURJOBS: _yourjobs,
+    PAUSE: _pause,
 }
 
 
@@ -250,7 +336,7 @@ def _bad(what: str) -> BusProtocolError:
     return BusProtocolError(f"invalid bus message: {what}")
 
 
-def decode_body(body) -> BusMessage:
+def decode_body(body: Any) -> BusMessage:
     """Parse one msgpack body (bytes-like) into a :class:`BusMessage`."""
     try:
         obj = msgpack.unpackb(body, raw=False, use_list=True, strict_map_key=False)
@@ -267,7 +353,7 @@ def decode_body(body) -> BusMessage:
             f"unsupported bus protocol version {version!r} (this node speaks {PROTOCOL_VERSION})")
     if type(mtype) is not int:
         raise _bad("type is not an integer")
-    if type(sender) is not str or not _HEX40.match(sender):
+    if not _node_id(sender):
         raise _bad("sender is not a 40 hex chars node id")
     if type(ip) is not str or len(ip) > 255:
         raise _bad("ip is not a string")
@@ -284,7 +370,7 @@ def decode_body(body) -> BusMessage:
         if type(e) is not list or len(e) != 7:
             raise _bad("gossip entry is not a 7-element array")
         gid, gip, gport, gbus, gflags, gping, gpong = e
-        if (type(gid) is not str or not _HEX40.match(gid) or type(gip) is not str
+        if (not _node_id(gid) or type(gip) is not str
                 or type(gport) is not int or type(gbus) is not int
                 or type(gflags) is not int or type(gping) is not int
                 or type(gpong) is not int):
@@ -334,7 +420,7 @@ class FrameReader:
         self._pos = 0
         self.max_frame_size = max_frame_size
         self._error: BusProtocolError | None = None
-        self._mac = None
+        self._mac: Any = None       # hashlib's keyed BLAKE2b (frame_mac), once authenticated
         self._seq = 0
 
     def authenticate(self, key: bytes) -> None:
@@ -372,7 +458,7 @@ class FrameReader:
             raise self._error
         return n if len(buf) - pos - 4 >= n + extra else None
 
-    def feed(self, data) -> None:
+    def feed(self, data: Any) -> None:
         if self._error is not None:
             raise self._error
         self._buf += data
@@ -461,7 +547,7 @@ class AuthMessage(NamedTuple):
     kind: str
     nonce: bytes = b""           # hello
     macs: tuple = ()             # proof: the dialer's, one per secret
-    index: int = 0               # accept: which of the dialer's macs matched
+    index: int = 0  # type: ignore[assignment]  # accept: which of the dialer's macs matched
     mac: bytes = b""             # accept: the listener's
 
 

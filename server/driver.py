@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 
 from cluster.membership import DropLink, NodeEvent, SaveConfig, Send
-from protocol.bus import BATCH, BusProtocolError, encode_frame, unbatch
+from protocol.bus import BATCH, DEFAULT_MAX_FRAME_SIZE, BusProtocolError, encode_frame, unbatch
 
 log = logging.getLogger("server.driver")
 
@@ -100,8 +100,12 @@ class OutputDriver:
         self._input("tick", self.node.tick)
 
     def bus_message(self, link, msg, now: int) -> None:
-        self._input("bus message %s" % msg.type_name, self.cluster.handle_message,
-                    link, msg, now)
+        # _input's work, without formatting what it names per message.
+        try:
+            self.cluster.handle_message(link, msg, now)
+        except Exception as e:          # our bug: the node decides (raise or count)
+            self.node.internal_error(e, "bus message %s" % msg.type_name)
+        self.after_input()
 
     def link_up(self, node_id: str, now: int) -> None:
         self._input("link up", self.cluster.link_up, node_id, now)
@@ -172,8 +176,10 @@ class OutputDriver:
                 bus.uncork()
 
     def _apply(self, outputs) -> None:
-        frames = {}     # a broadcast is encoded once
+        frames: dict[int, bytes] = {}     # a broadcast is encoded once
         bus = self.bus
+        # The bus's frame size limit (the process's follows proto-max-bulk-len).
+        limit = getattr(bus, "max_frame_size", DEFAULT_MAX_FRAME_SIZE)
         for out in outputs:
             if isinstance(out, Send):
                 if bus is None:
@@ -184,7 +190,7 @@ class OutputDriver:
                 frame = frames.get(id(out.msg))
                 if frame is None:
                     try:
-                        frame = frames[id(out.msg)] = encode_frame(out.msg)
+                        frame = frames[id(out.msg)] = encode_frame(out.msg, limit)
                     except BusProtocolError as e:
                         if out.msg.type == BATCH:
                             # Too big for one frame: one frame per message.
