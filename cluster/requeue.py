@@ -9,9 +9,14 @@ sender wins the fixed comparison (greater node id), so usually one node queues i
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from broker import lifecycle
-from broker.job import ACKED, FLAG_BCAST_QUEUED, FLAG_DELIVERED, QUEUED
+from broker.job import ACKED, FLAG_BCAST_QUEUED, FLAG_DELIVERED, QUEUED, Job
 from protocol import bus as B
+
+if TYPE_CHECKING:       # annotations only: cluster/cluster.py imports this module
+    from cluster.cluster import Cluster
 
 
 # Holders re-queue in a fixed order (by node id, among the reachable ones), this
@@ -21,7 +26,7 @@ from protocol import bus as B
 REQUEUE_STAGGER_MS = 600
 
 
-def send_willqueue(cluster, job) -> int:
+def send_willqueue(cluster: Cluster, job: Job) -> int:
     """WILLQUEUE to the other holders; returns how much later than planned we
     re-queue (the stagger behind the reachable holders with smaller ids)."""
     others = cluster.others_of(job)
@@ -33,7 +38,7 @@ def send_willqueue(cluster, job) -> int:
     return ahead * REQUEUE_STAGGER_MS
 
 
-def job_queued(cluster, job) -> None:
+def job_queued(cluster: Cluster, job: Job) -> None:
     """Tell the other holders we queued it (not on the first queueing after
     ADDJOB: their copies already wait one retry period)."""
     if not job.nodes_delivered or not job.flags & (FLAG_BCAST_QUEUED | FLAG_DELIVERED):
@@ -44,13 +49,13 @@ def job_queued(cluster, job) -> None:
         cluster.send_many(others, B.QUEUED, queued_payload(job))
 
 
-def queued_payload(job) -> list:
+def queued_payload(job: Job) -> list:
     """QUEUED carries the delivery counters, so every holder shows the same
     nacks / additional-deliveries whichever of them re-queues next."""
     return [job.id, job.nacks, job.additional_deliveries]
 
 
-def on_willqueue(cluster, sender: str, jid, now: int) -> None:
+def on_willqueue(cluster: Cluster, sender: str, jid: Any, now: int) -> None:
     broker = cluster.broker
     job = broker.get_job(jid)
     if job is None:
@@ -61,7 +66,7 @@ def on_willqueue(cluster, sender: str, jid, now: int) -> None:
         cluster.send(sender, B.SETACK, [jid, len(job.nodes_delivered or ())])
 
 
-def on_queued(cluster, sender: str, payload, now: int) -> None:
+def on_queued(cluster: Cluster, sender: str, payload: Any, now: int) -> None:
     broker = cluster.broker
     jid, nacks, deliveries = payload
     job = broker.get_job(jid)
@@ -77,7 +82,7 @@ def on_queued(cluster, sender: str, payload, now: int) -> None:
     lifecycle.postpone(broker, job, now)
 
 
-def on_working(cluster, sender: str, jid, now: int) -> None:
+def on_working(cluster: Cluster, sender: str, jid: Any, now: int) -> None:
     """A client is still working on the job: postpone our requeue too."""
     broker = cluster.broker
     job = broker.get_job(jid)

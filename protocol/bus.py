@@ -28,7 +28,7 @@ import hashlib
 import hmac
 import re
 import struct
-from typing import Any, Callable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, NamedTuple
 
 import msgpack
 
@@ -155,7 +155,7 @@ class BusMessage:
                  "malformed")
 
     def __init__(self, type: int, sender: str, ip: str, port: int, bus_port: int,
-                 flags: int = 0, gossip: Sequence[GossipEntry] = (), payload: Any = None,
+                 flags: int = 0, gossip: Any = (), payload: Any = None,
                  malformed: int = 0) -> None:
         self.type = type
         self.sender = sender        # 40 hex chars, the sender's node id
@@ -163,7 +163,7 @@ class BusMessage:
         self.port = port            # client port
         self.bus_port = bus_port
         self.flags = flags          # sender flags (FLAG_LEAVING)
-        self.gossip = gossip
+        self.gossip = gossip        # list[GossipEntry]
         self.payload = payload
         # Job-layer messages whose payload did not have its type's shape, dropped
         # by decode_body (a BATCH keeps its good entries; a single message keeps
