@@ -30,10 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from broker.commands.server import COMPILED_CORE  # noqa: E402
 from broker.config import Config  # noqa: E402
 from broker.job import random_node_id  # noqa: E402
-from cluster.membership import ClusterNode, Membership  # noqa: E402
+from cluster.membership import Membership  # noqa: E402
 from cluster.outputs import Link  # noqa: E402
 from protocol.bus import FrameReader  # noqa: E402
 from server.inprocess import InProcessNode, VirtualClock  # noqa: E402
+from tests.unit.test_cluster_batching import know_each_other  # noqa: E402
 
 NOW = 1_700_000_000_000
 BODY = b"x" * 100
@@ -91,14 +92,7 @@ class Peer:
 
 def make_cluster(clock: VirtualClock) -> list[Peer]:
     peers = [Peer(i, clock) for i in range(3)]
-    for p in peers:
-        for other in peers:
-            if other is not p:
-                me = other.m.myself
-                cn = ClusterNode(me.id, me.ip, me.port, me.bus_port, 0, NOW)
-                cn.pong_received = NOW
-                cn.link = True
-                p.m.nodes[me.id] = cn
+    know_each_other([p.m for p in peers], NOW)
     return peers
 
 

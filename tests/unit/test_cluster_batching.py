@@ -30,15 +30,21 @@ def make_cluster(n: int = 3):
         node = Node(Config(), lambda: clock[0], rng, node_id=m.node_id, commands=COMMANDS,
                     strict=True)
         nodes.append(Cluster(node, m))
-    for c in nodes:
-        for other in nodes:
-            if other is not c:
-                me = other.m.myself
-                cn = ClusterNode(me.id, me.ip, me.port, me.bus_port, 0, NOW)
-                cn.pong_received = NOW
-                cn.link = True
-                c.m.nodes[me.id] = cn
+    know_each_other([c.m for c in nodes])
     return nodes
+
+
+def know_each_other(tables: list, now: int = NOW) -> None:
+    """Each Membership lists the others as reachable nodes with a link up (the
+    bench's in-process cluster uses it too: bench/bench_cluster_inproc.py)."""
+    for m in tables:
+        for other in tables:
+            if other is not m:
+                me = other.myself
+                cn = ClusterNode(me.id, me.ip, me.port, me.bus_port, 0, now)
+                cn.pong_received = now
+                cn.link = True
+                m.nodes[me.id] = cn
 
 
 def sends(outputs):
