@@ -20,6 +20,10 @@ CORE = [
     "broker/dispatch.py", "broker/lifecycle.py", "broker/node.py", "broker/records.py",
     "broker/commands/jobs.py", "broker/commands/getjob.py", "broker/commands/states.py",
     "broker/commands/args.py", "broker/commands/table.py",
+    # The cluster's per-job path: bus frames (REPLJOB, GOTJOB, acks, requeues:
+    # encode, decode, shape checks), their handlers and the output driver.
+    "protocol/bus.py", "cluster/cluster.py", "cluster/replication.py", "cluster/acks.py",
+    "cluster/requeue.py", "server/driver.py",
 ]
 
 ext_modules = []

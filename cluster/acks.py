@@ -15,19 +15,24 @@ or every node answered that it does not know the job.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, cast
+
 from broker import lifecycle
-from broker.job import ACKED, FLAG_DUMMY_ACK, FLAG_KEY_ANSWERED, id_is_at_least_once, ttl_from_id
+from broker.job import ACKED, FLAG_DUMMY_ACK, FLAG_KEY_ANSWERED, Job, id_is_at_least_once, ttl_from_id
 from broker.lifecycle import GC_FIRST_MS
 from cluster import replication
 from protocol import bus as B
 
+if TYPE_CHECKING:       # annotations only: cluster/cluster.py imports this module
+    from cluster.cluster import Cluster
 
-def _other_nodes(cluster) -> list:
+
+def _other_nodes(cluster: Cluster) -> list[str]:
     me = cluster.myself_id
     return [n for n in cluster.m.known_ids() if n != me]
 
 
-def try_job_gc(cluster, job, now: int) -> None:
+def try_job_gc(cluster: Cluster, job: Job, now: int) -> None:
     broker = cluster.broker
     if job.state != ACKED:
         return
@@ -47,16 +52,17 @@ def try_job_gc(cluster, job, now: int) -> None:
         cluster.send_many(others, B.DELJOB, job.id)
         lifecycle.delete(broker, job)
         return
-    cluster.send_many(missing, B.SETACK, [job.id, len(job.nodes_delivered)])
+    # (holders listed: others_of found some)
+    cluster.send_many(missing, B.SETACK, [job.id, len(cast("set[str]", job.nodes_delivered))])
     lifecycle.gc_backoff(broker, job, now)
 
 
-def _drop_dummy(cluster, job) -> None:
+def _drop_dummy(cluster: Cluster, job: Job) -> None:
     cluster.dummy_acks.pop(job.id, None)
     lifecycle.delete(cluster.broker, job)
 
 
-def ack_unknown_job(cluster, jid: bytes) -> None:
+def ack_unknown_job(cluster: Cluster, jid: bytes) -> None:
     """ACKJOB of an id we do not hold: remember the ack and spread it."""
     broker = cluster.broker
     if len(cluster.m.known_ids()) <= 1 or broker.leaving or not id_is_at_least_once(jid):
@@ -66,7 +72,7 @@ def ack_unknown_job(cluster, jid: bytes) -> None:
     try_job_gc(cluster, job, now)
 
 
-def on_setack(cluster, sender: str, payload, now: int) -> None:
+def on_setack(cluster: Cluster, sender: str, payload: Any, now: int) -> None:
     jid, may_have = payload
     broker = cluster.broker
     job = broker.get_job(jid)
@@ -84,7 +90,7 @@ def on_setack(cluster, sender: str, payload, now: int) -> None:
         try_job_gc(cluster, job, now)
 
 
-def on_gotack(cluster, sender: str, payload, now: int) -> None:
+def on_gotack(cluster: Cluster, sender: str, payload: Any, now: int) -> None:
     jid, known = payload
     broker = cluster.broker
     job = broker.get_job(jid)
@@ -109,7 +115,7 @@ def on_gotack(cluster, sender: str, payload, now: int) -> None:
         lifecycle.delete(broker, job)
 
 
-def on_deljob(cluster, sender: str, jid, now: int) -> None:
+def on_deljob(cluster: Cluster, sender: str, jid: Any, now: int) -> None:
     broker = cluster.broker
     job = broker.get_job(jid)
     if job is not None:
@@ -128,7 +134,7 @@ def on_deljob(cluster, sender: str, jid, now: int) -> None:
     cluster.tombstone(jid)
 
 
-def fastack(cluster, jid: bytes, job) -> None:
+def fastack(cluster: Cluster, jid: bytes, job: Job | None) -> None:
     """Best-effort DELJOB to whoever may hold it (everyone if we don't know)."""
     targets = cluster.others_of(job) if job is not None else _other_nodes(cluster)
     cluster.send_many(targets, B.DELJOB, jid)

@@ -20,9 +20,11 @@ replicated, acked or requeued. ``has_output`` tells whether a drain is due.
 from __future__ import annotations
 
 import logging
+from typing import Any, Callable, Iterable
 
 from broker import lifecycle
-from broker.job import FLAG_BCAST_QUEUED
+from broker.job import FLAG_BCAST_QUEUED, Job
+from broker.node import Node
 from cluster import acks, federation, replication, requeue
 from cluster.membership import Membership
 from cluster.outputs import NodeEvent, SaveConfig, Send
@@ -37,7 +39,7 @@ TOMBSTONE_MS = 30_000
 MAX_TOMBSTONES = 1_000_000
 
 # Message type -> handler(cluster, sender_id, payload, now).
-HANDLERS = {
+HANDLERS: dict[int, Callable[[Any, str, Any, int], None]] = {
     B.REPLJOB: replication.on_repljob,
     B.GOTJOB: replication.on_gotjob,
     B.ENQUEUE: replication.on_enqueue,
@@ -69,7 +71,18 @@ def _forget_expired(ids: dict, now: int) -> None:
         del ids[jid]
 
 
-def announced_address(config) -> tuple[str, int, int]:
+def _same_items(a: list, b: list) -> bool:
+    """Two batches of the same messages: the same payload objects, in order (as
+    send_many queues one payload for several nodes)."""
+    if len(a) != len(b):
+        return False
+    for i in range(len(a)):
+        if a[i] is not b[i]:
+            return False
+    return True
+
+
+def announced_address(config: Any) -> tuple[str, int, int]:
     """(ip, port, bus port) peers are told: the announce directives when set."""
     ip = config.cluster_announce_ip
     if not ip and config.bind and config.bind[0] not in ("0.0.0.0", "::", "*"):
@@ -79,7 +92,7 @@ def announced_address(config) -> tuple[str, int, int]:
 
 
 class Cluster:
-    def __init__(self, broker, membership: Membership) -> None:
+    def __init__(self, broker: Node, membership: Membership) -> None:
         self.broker = broker
         self.m = membership
         self.out: list = []
@@ -88,8 +101,8 @@ class Cluster:
         self.batches: dict[str, list] = {}
         self.pending: dict[bytes, replication.PendingAdd] = {}
         # client -> its sync ADDJOBs still waiting, oldest first (replies in order)
-        self.waiting_adds: dict = {}
-        self.dummy_acks: dict[bytes, set] = {}   # dummy ack id -> nodes that said "unknown"
+        self.waiting_adds: dict[Any, Any] = {}
+        self.dummy_acks: dict[bytes, set[str]] = {}  # dummy ack id -> nodes that said "unknown"
         self.hungry: set[bytes] = set()          # queues with clients waiting for jobs
         self.interest: dict[bytes, dict] = {}    # queue -> {asking node: until}
         self.importing = False
@@ -146,7 +159,7 @@ class Cluster:
         elif name.startswith("cluster-announce"):
             self._collect(self.m.set_address(*announced_address(self.broker.config)))
 
-    def save_config(self):
+    def save_config(self) -> SaveConfig:
         return SaveConfig(self.m.to_nodes_conf())
 
     @property
@@ -166,18 +179,28 @@ class Cluster:
         nodes = self.m.nodes
         message = self.m.message
         out = self.out
+        # Destinations queued the same messages (a REPLJOB to every copy's holder)
+        # share one message object, which the shell encodes once.
+        made: list[tuple[list, B.BusMessage]] = []
         for nid, items in self.batches.items():
             n = nodes.get(nid)
             if n is None or not n.ip:
                 continue
-            if len(items) == 2:
-                msg = message(items[0], items[1])
-            else:
-                msg = message(B.BATCH, items)
+            msg = None
+            for other, earlier in made:
+                if _same_items(items, other):
+                    msg = earlier
+                    break
+            if msg is None:
+                if len(items) == 2:
+                    msg = message(items[0], items[1])
+                else:
+                    msg = message(B.BATCH, items)
+                made.append((items, msg))
             out.append(Send(nid, n.ip, n.bus_port, msg))
         self.batches = {}
 
-    def send(self, node_id: str, mtype: int, payload) -> None:
+    def send(self, node_id: str, mtype: int, payload: Any) -> None:
         n = self.m.nodes.get(node_id)
         if n is None or not n.ip:
             return
@@ -189,7 +212,7 @@ class Cluster:
             b.append(mtype)
             b.append(payload)
 
-    def send_many(self, node_ids, mtype: int, payload) -> None:
+    def send_many(self, node_ids: Iterable[str], mtype: int, payload: Any) -> None:
         """The same message to several nodes (the payload object is shared)."""
         nodes = self.m.nodes
         batches = self.batches
@@ -212,7 +235,7 @@ class Cluster:
         """Reachable nodes, myself included."""
         return len(self.m.reachable_sorted()) + 1
 
-    def others_of(self, job) -> list:
+    def others_of(self, job: Job) -> list[str]:
         """Other nodes that may hold a copy of job."""
         nd = job.nodes_delivered
         if not nd:
@@ -221,7 +244,7 @@ class Cluster:
         return sorted(n for n in nd if n != me)   # sorted: simulations replay exactly
 
     # ---------------------------------------------------------------- inputs
-    def handle_message(self, link, msg: B.BusMessage, now: int) -> None:
+    def handle_message(self, link: Any, msg: B.BusMessage, now: int) -> None:
         m = self.m
         self._collect(m.handle_message(link, msg, now))
         mtype = msg.type
@@ -250,7 +273,8 @@ class Cluster:
         if self.broker.ready_queues:
             self.broker.serve_ready_queues()
 
-    def _run(self, handler, sender: str, mtype: int, payload, now: int) -> None:
+    def _run(self, handler: Callable[[Any, str, Any, int], None], sender: str, mtype: int,
+             payload: Any, now: int) -> None:
         """One job-layer message, of the shape its type has (protocol/bus.py
         checked it). An exception here is our bug (Node.internal_error): it fails
         a test or a simulation; in production it is logged and counted, and the
@@ -260,7 +284,7 @@ class Cluster:
         except Exception as e:
             self.broker.internal_error(e, "the %s handler" % B.TYPE_NAMES.get(mtype, mtype))
 
-    def job_deleted(self, job) -> None:
+    def job_deleted(self, job: Job) -> None:
         if job.nodes_delivered:
             self.tombstone(job.id)
         if self.pending:
@@ -287,7 +311,7 @@ class Cluster:
         replication.tick(self, now)
         federation.tick(self, now)
 
-    def next_deadline(self):
+    def next_deadline(self) -> int | None:
         if self.push_pending:
             return self.broker.clock()
         return self.broker.clock() + 50 if self.pending else None
@@ -298,50 +322,53 @@ class Cluster:
             del self.events[:500]
 
     # ------------------------------------------- the Node's calls (see node.py)
-    # (client, job, timeout, is_async, external) -> reply or BLOCKED; the module
-    # function itself, so ADDJOB pays no extra call on its hot path.
-    replicate_new_job = replication.replicate_new_job
-    # (ext) (client, job id) -> reply or BLOCKED: an ADDJOB retried with the
-    # IDEMPOTENCY key of a job this node knows.
-    known_add = replication.known_add
+    def replicate_new_job(self, client: Any, job: Job, timeout: int, is_async: bool,
+                          external: bool) -> Any:
+        """The reply (the id for ASYNC) or BLOCKED until the copies are confirmed."""
+        return replication.replicate_new_job(self, client, job, timeout, is_async, external)
 
-    def job_queued(self, job) -> None:
+    def known_add(self, client: Any, jid: bytes) -> Any:
+        """(ext) An ADDJOB retried with the IDEMPOTENCY key of a job this node
+        knows: the reply, or BLOCKED until the first add's outcome."""
+        return replication.known_add(self, client, jid)
+
+    def job_queued(self, job: Job) -> None:
         requeue.job_queued(self, job)
         if self.interest and not self.importing:
             # Pushed on the next tick: the command that queued it answers first.
             self.push_pending.add(job.queue)
 
-    def job_released(self, job) -> None:
+    def job_released(self, job: Job) -> None:
         requeue.job_released(self, job)
 
-    def before_requeue(self, job) -> None:
+    def before_requeue(self, job: Job) -> None:
         job.flags |= FLAG_BCAST_QUEUED      # a timer requeue is announced (QUEUED)
 
-    def send_willqueue(self, job) -> int:
+    def send_willqueue(self, job: Job) -> int:
         return requeue.send_willqueue(self, job)
 
-    def broadcast_working(self, job) -> None:
+    def broadcast_working(self, job: Job) -> None:
         self.send_many(self.others_of(job), B.WORKING, job.id)
 
-    def try_job_gc(self, job, now: int) -> None:
+    def try_job_gc(self, job: Job, now: int) -> None:
         acks.try_job_gc(self, job, now)
 
     def ack_unknown_job(self, jid: bytes) -> None:
         acks.ack_unknown_job(self, jid)
 
-    def fastack(self, jid: bytes, job) -> None:
+    def fastack(self, jid: bytes, job: Job | None) -> None:
         p = self.pending.get(jid)
         if p is not None and p.external:
             # No copy here to delete: the pending ADDJOB ends all the same.
             replication.abort(self, p, replication.NOREPL_REMOVED)
         acks.fastack(self, jid, job)
 
-    def need_jobs(self, q, now: int) -> None:
+    def need_jobs(self, q: Any, now: int) -> None:
         """Clients wait on empty q: NEEDJOBS, for as many jobs as they wait for
         (federation.need_jobs counts them on the queue)."""
         federation.need_jobs(self, q, now)
 
-    def broadcast_pause(self, q) -> None:
+    def broadcast_pause(self, q: Any) -> None:
         self.send_many(self.m.reachable_ids(), B.PAUSE, [q.name, q.flags])
 
     def hello_entries(self) -> list:
@@ -354,5 +381,5 @@ class Cluster:
     def link_down(self, node_id: str, now: int) -> None:
         self._collect(self.m.link_down(node_id, now))
 
-    def client_closed(self, client) -> None:
+    def client_closed(self, client: Any) -> None:
         replication.client_closed(self, client)

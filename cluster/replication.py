@@ -17,16 +17,19 @@ are confirmed or the same error, and a failed add forgets its key.
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING, Any, cast
 
 from broker import lifecycle
 from broker.idempotency import IdempotencyKeys
-from broker.job import ACKED, QUEUED, WAIT_REPL, job_to_fields
-from broker.job import FLAG_HELD, HELD
+from broker.job import ACKED, FLAG_HELD, HELD, QUEUED, WAIT_REPL, Job, job_to_fields
 from broker.node import BLOCKED
 from broker.queue import PAUSED_IN
 from cluster import requeue
 from protocol import bus as B
 from protocol.resp import Error, Status
+
+if TYPE_CHECKING:       # annotations only: cluster/cluster.py imports this module
+    from cluster.cluster import Cluster
 
 WIDEN_EVERY_MS = 50
 NOREPL_TIMEOUT = Error("NOREPL Timeout reached before replicating to the requested "
@@ -46,18 +49,24 @@ class PendingAdd:
     __slots__ = ("job", "client", "deadline", "is_async", "external", "next_widen", "reply",
                  "followers")
 
-    def __init__(self, job, client, deadline, is_async, external, next_widen) -> None:
+    def __init__(self, job: Job, client: Any, deadline: int, is_async: bool, external: bool,
+                 next_widen: int) -> None:
         self.job = job
         self.client = client            # None once answered (ASYNC) or disconnected
         self.deadline = deadline        # ms, 0 = no timeout
         self.is_async = is_async
         self.external = external        # no local copy
         self.next_widen = next_widen
-        self.reply = None               # set when it ends, until the client gets it
-        self.followers: list = []       # (ext) retries of this add (IDEMPOTENCY key)
+        self.reply: Any = None          # set when it ends, until the client gets it
+        self.followers: list[PendingAdd] = []   # (ext) retries of this add (IDEMPOTENCY key)
 
 
-def _answer(cluster, p: PendingAdd, reply) -> None:
+def _nodes(s: set[str] | None) -> set[str]:
+    """A pending job's holder sets (replicate_new_job sets both), typed."""
+    return cast("set[str]", s)
+
+
+def _answer(cluster: Cluster, p: PendingAdd, reply: Any) -> None:
     """The waiting client's reply. A client may have several sync ADDJOBs
     waiting (a pipeline of them, see server/resp.py): their replies leave in
     the order the commands came, whatever order their copies are confirmed in.
@@ -88,7 +97,7 @@ def _waited(p: PendingAdd) -> bool:
     return p.client is not None or bool(p.followers)
 
 
-def known_add(cluster, client, jid: bytes):
+def known_add(cluster: Cluster, client: Any, jid: bytes) -> Any:
     """(ext) An ADDJOB whose IDEMPOTENCY key names job `jid`: if that job's own
     sync ADDJOB still waits here for its copies, this one waits for the same
     outcome (BLOCKED, answered in order with the client's other adds); else
@@ -102,7 +111,8 @@ def known_add(cluster, client, jid: bytes):
     return BLOCKED
 
 
-def replicate_new_job(cluster, client, job, timeout: int, is_async: bool, external: bool):
+def replicate_new_job(cluster: Cluster, client: Any, job: Job, timeout: int, is_async: bool,
+                      external: bool) -> Any:
     broker = cluster.broker
     now = broker.clock()
     peers = cluster.m.reachable_sorted()
@@ -131,20 +141,20 @@ def replicate_new_job(cluster, client, job, timeout: int, is_async: bool, extern
     return BLOCKED
 
 
-def _achieved(cluster, p: PendingAdd, now: int) -> None:
+def _achieved(cluster: Cluster, p: PendingAdd, now: int) -> None:
     broker = cluster.broker
     job = p.job
     del cluster.pending[job.id]
     if p.external and not job.flags & FLAG_HELD:   # (ext) held: queued at release
         # Have one holder queue it; we keep nothing.
-        target = broker.rng.choice(sorted(job.nodes_confirmed))
+        target = broker.rng.choice(sorted(_nodes(job.nodes_confirmed)))
         cluster.send(target, B.ENQUEUE, job.id)
     elif not p.is_async:
         lifecycle.activate(broker, job, now)
     _answer(cluster, p, Status(job.id.decode()))
 
 
-def abort(cluster, p: PendingAdd, reply) -> None:
+def abort(cluster: Cluster, p: PendingAdd, reply: Any) -> None:
     """End a pending ADDJOB before its copies are confirmed: the waiting client
     gets `reply` (an error, never the id), the copies made are deleted (DELJOB,
     best effort), and ours."""
@@ -157,14 +167,14 @@ def abort(cluster, p: PendingAdd, reply) -> None:
     _answer(cluster, p, reply)
 
 
-def abort_all(cluster, reply) -> None:
+def abort_all(cluster: Cluster, reply: Any) -> None:
     """Every pending ADDJOB still waiting for its client (CLUSTER RESET, the node
     starting to leave); ASYNC ones, answered already, are left to finish."""
     for p in [p for p in cluster.pending.values() if _waited(p)]:
         abort(cluster, p, reply)
 
 
-def job_deleted(cluster, job) -> None:
+def job_deleted(cluster: Cluster, job: Job) -> None:
     """Our copy of a job was deleted (TTL, DELJOB, FASTACK, ack GC...). If its
     ADDJOB is still pending, it ends here: acked already, the job was accepted
     (as Disque on SETACK); otherwise the client gets -NOREPL."""
@@ -181,7 +191,7 @@ def job_deleted(cluster, job) -> None:
     _answer(cluster, p, NOREPL_REMOVED)
 
 
-def jobs_flushed(cluster) -> None:
+def jobs_flushed(cluster: Cluster) -> None:
     """DEBUG FLUSHALL, CLUSTER RESET HARD: every job goes, pending ones too."""
     for p in list(cluster.pending.values()):
         del cluster.pending[p.job.id]
@@ -190,18 +200,18 @@ def jobs_flushed(cluster) -> None:
             _answer(cluster, p, NOREPL_REMOVED)
 
 
-def on_gotjob(cluster, sender: str, jid, now: int) -> None:
+def on_gotjob(cluster: Cluster, sender: str, jid: Any, now: int) -> None:
     p = cluster.pending.get(jid)
     if p is None or p.job.state == ACKED:
         return
     job = p.job
-    job.nodes_delivered.add(sender)
-    job.nodes_confirmed.add(sender)
-    if len(job.nodes_confirmed) >= job.repl:
+    _nodes(job.nodes_delivered).add(sender)
+    _nodes(job.nodes_confirmed).add(sender)
+    if len(_nodes(job.nodes_confirmed)) >= job.repl:
         _achieved(cluster, p, now)
 
 
-def tick(cluster, now: int) -> None:
+def tick(cluster: Cluster, now: int) -> None:
     if not cluster.pending:
         return
     broker = cluster.broker
@@ -228,14 +238,16 @@ def tick(cluster, now: int) -> None:
             continue
         if now >= p.next_widen:
             p.next_widen = now + WIDEN_EVERY_MS
-            spare = sorted(set(cluster.m.reachable_ids()) - job.nodes_delivered)
+            delivered = _nodes(job.nodes_delivered)
+            spare = sorted(set(cluster.m.reachable_ids()) - delivered)
             if spare:
-                job.nodes_delivered.add(broker.rng.choice(spare))
-            missing = [n for n in sorted(job.nodes_delivered) if n not in job.nodes_confirmed]
+                delivered.add(broker.rng.choice(spare))
+            confirmed = _nodes(job.nodes_confirmed)
+            missing = [n for n in sorted(delivered) if n not in confirmed]
             cluster.send_many(missing, B.REPLJOB, job_to_fields(job))
 
 
-def on_repljob(cluster, sender: str, fields, now: int) -> None:
+def on_repljob(cluster: Cluster, sender: str, fields: Any, now: int) -> None:
     """A peer asks us to hold a copy. Refused (no GOTJOB) over 75% memory, while
     leaving or loading the AOF, or when the queue is paused in."""
     broker = cluster.broker
@@ -253,7 +265,7 @@ def on_repljob(cluster, sender: str, fields, now: int) -> None:
     cluster.send(sender, B.GOTJOB, jid)
 
 
-def on_enqueue(cluster, sender: str, jid, now: int) -> None:
+def on_enqueue(cluster: Cluster, sender: str, jid: Any, now: int) -> None:
     """The originator kept no copy (external replication): we queue the job."""
     broker = cluster.broker
     job = broker.get_job(jid)
@@ -262,6 +274,6 @@ def on_enqueue(cluster, sender: str, jid, now: int) -> None:
     lifecycle.enqueue_after_delay(broker, job, now)
 
 
-def client_closed(cluster, client) -> None:
+def client_closed(cluster: Cluster, client: Any) -> None:
     for p in cluster.waiting_adds.pop(client, ()):
         p.client = None

@@ -14,10 +14,14 @@ job still held here means the same (the release's QUEUED was lost).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from broker import lifecycle
-from broker.job import ACKED, FLAG_BCAST_QUEUED, FLAG_DELIVERED, QUEUED
-from broker.job import HELD
+from broker.job import ACKED, FLAG_BCAST_QUEUED, FLAG_DELIVERED, HELD, QUEUED, Job
 from protocol import bus as B
+
+if TYPE_CHECKING:       # annotations only: cluster/cluster.py imports this module
+    from cluster.cluster import Cluster
 
 
 # Holders re-queue in a fixed order (by node id, among the reachable ones), this
@@ -27,7 +31,7 @@ from protocol import bus as B
 REQUEUE_STAGGER_MS = 600
 
 
-def send_willqueue(cluster, job) -> int:
+def send_willqueue(cluster: Cluster, job: Job) -> int:
     """WILLQUEUE to the other holders; returns how much later than planned we
     re-queue (the stagger behind the reachable holders with smaller ids)."""
     others = cluster.others_of(job)
@@ -39,7 +43,7 @@ def send_willqueue(cluster, job) -> int:
     return ahead * REQUEUE_STAGGER_MS
 
 
-def job_queued(cluster, job) -> None:
+def job_queued(cluster: Cluster, job: Job) -> None:
     """Tell the other holders we queued it (not on the first queueing after
     ADDJOB: their copies already wait one retry period)."""
     if not job.nodes_delivered or not job.flags & (FLAG_BCAST_QUEUED | FLAG_DELIVERED):
@@ -50,7 +54,7 @@ def job_queued(cluster, job) -> None:
         cluster.send_many(others, B.QUEUED, queued_payload(job))
 
 
-def job_released(cluster, job) -> None:
+def job_released(cluster: Cluster, job: Job) -> None:
     """(ext) A held job was released here (ENQUEUE): the other holders hear it
     as a QUEUED, so that theirs go active and re-queue it after retry if this
     node's copy is not acked in time (it may die)."""
@@ -59,13 +63,13 @@ def job_released(cluster, job) -> None:
         cluster.send_many(others, B.QUEUED, queued_payload(job))
 
 
-def queued_payload(job) -> list:
+def queued_payload(job: Job) -> list:
     """QUEUED carries the delivery counters, so every holder shows the same
     nacks / additional-deliveries whichever of them re-queues next."""
     return [job.id, job.nacks, job.additional_deliveries]
 
 
-def released_by(cluster, sender: str, job, now: int) -> None:
+def released_by(cluster: Cluster, sender: str, job: Job, now: int) -> None:
     """(ext) A held copy learns that another holder released the job. The
     node that created it asked every holder (REPLJOB, widening included), the
     releaser may know fewer: the creator passes the news on (WILLQUEUE: a
@@ -76,14 +80,14 @@ def released_by(cluster, sender: str, job, now: int) -> None:
                           B.WILLQUEUE, job.id)
 
 
-def released_early(cluster, job, now: int) -> None:
+def released_early(cluster: Cluster, job: Job, now: int) -> None:
     """(ext) A held copy adopted after a QUEUED or WILLQUEUE for it came in
     (cluster.heard_queued): the job was released already."""
     if job.id in cluster.heard_queued:
         lifecycle.released_elsewhere(cluster.broker, job, now)
 
 
-def on_willqueue(cluster, sender: str, jid, now: int) -> None:
+def on_willqueue(cluster: Cluster, sender: str, jid: Any, now: int) -> None:
     broker = cluster.broker
     job = broker.get_job(jid)
     if job is None:
@@ -99,7 +103,7 @@ def on_willqueue(cluster, sender: str, jid, now: int) -> None:
         released_by(cluster, sender, job, now)
 
 
-def on_queued(cluster, sender: str, payload, now: int) -> None:
+def on_queued(cluster: Cluster, sender: str, payload: Any, now: int) -> None:
     broker = cluster.broker
     jid, nacks, deliveries = payload
     job = broker.get_job(jid)
@@ -123,7 +127,7 @@ def on_queued(cluster, sender: str, payload, now: int) -> None:
     lifecycle.postpone(broker, job, now)
 
 
-def on_working(cluster, sender: str, jid, now: int) -> None:
+def on_working(cluster: Cluster, sender: str, jid: Any, now: int) -> None:
     """A client is still working on the job: postpone our requeue too."""
     broker = cluster.broker
     job = broker.get_job(jid)

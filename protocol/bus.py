@@ -28,8 +28,7 @@ import hashlib
 import hmac
 import re
 import struct
-from dataclasses import dataclass
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Callable, Final, Iterator, NamedTuple
 
 import msgpack
 
@@ -49,7 +48,7 @@ __all__ = [
 
 #: Bumped on any incompatible change of the body layout; a peer speaking another
 #: version gets its link closed (BusProtocolError) rather than misread.
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION: Final = 1
 
 #: A frame carries at most one bus message; the biggest legitimate ones are REPLJOB /
 #: YOURJOBS with job bodies up to ``proto-max-bulk-len`` (512 MB by default, as in
@@ -61,37 +60,38 @@ _LEN = struct.Struct(">I")
 _HEX40 = re.compile(r"[0-9a-f]{40}\Z")
 
 # -- message types --------------------------------------------------------------
+# (Final: the compiled build inlines them where they are used.)
 # Membership / failure detection (cluster/membership.py). Payloads:
 #   PING, MEET  the node id the sender believes it is talking to (str) or None
 #   PONG        echo of the PING/MEET payload: lets the pinger finish a handshake
 #               (learn the real id behind a temporary one) or notice that another
 #               node now answers at that address, without tracking link identity
 #   FAIL        the id of the node the sender just flagged FAIL (SPEC §8)
-PING = 1
-PONG = 2
-MEET = 3
-FAIL = 4
+PING: Final = 1
+PONG: Final = 2
+MEET: Final = 3
+FAIL: Final = 4
 # Job layer (cluster/replication.py, requeue.py, acks.py, federation.py, SPEC §8);
 # payloads are defined by those modules.
-REPLJOB = 10     # job + nodes that may have it: "please hold a copy"
-GOTJOB = 11      # "I hold a copy of job id"
-YOURJOBS = 12    # federation: jobs moved to the asking node
-NEEDJOBS = 13    # federation: queue, count
-ENQUEUE = 14     # ask a holder to queue a job
-SETACK = 15      # ack GC: job id + may-have count
-GOTACK = 16      # ack GC: job id + known
-DELJOB = 17      # ack GC / FASTACK / sync timeout: delete a job
-WORKING = 18     # postpone the requeue on the other holders
-WILLQUEUE = 19   # "I will re-queue job id in 500 ms"
-QUEUED = 20      # "I queued job id" (holders that also have it queued may dequeue)
-PAUSE = 21       # PAUSE ... bcast: queue + pause state
+REPLJOB: Final = 10     # job + nodes that may have it: "please hold a copy"
+GOTJOB: Final = 11      # "I hold a copy of job id"
+YOURJOBS: Final = 12    # federation: jobs moved to the asking node
+NEEDJOBS: Final = 13    # federation: queue, count
+ENQUEUE: Final = 14     # ask a holder to queue a job
+SETACK: Final = 15      # ack GC: job id + may-have count
+GOTACK: Final = 16      # ack GC: job id + known
+DELJOB: Final = 17      # ack GC / FASTACK / sync timeout: delete a job
+WORKING: Final = 18     # postpone the requeue on the other holders
+WILLQUEUE: Final = 19   # "I will re-queue job id in 500 ms"
+QUEUED: Final = 20      # "I queued job id" (holders that also have it queued may dequeue)
+PAUSE: Final = 21       # PAUSE ... bcast: queue + pause state
 # Several job-layer messages for one node, sent in the same event-loop turn, in one
 # frame (one header, one encode, one decode): the payload is the flat list
 # [type1, payload1, type2, payload2, ...] of job-layer messages (never BATCH or a
 # membership type), handled in order as if each had come in its own frame.
-BATCH = 22
+BATCH: Final = 22
 #: Types from here on are the job layer's (the membership reads only their header).
-FIRST_JOB_TYPE = REPLJOB
+FIRST_JOB_TYPE: Final = REPLJOB
 
 TYPE_NAMES = {
     PING: "ping", PONG: "pong", MEET: "meet", FAIL: "fail", REPLJOB: "repljob",
@@ -145,35 +145,67 @@ class GossipEntry(NamedTuple):
     pong_received_age: int
 
 
-@dataclass(slots=True)
 class BusMessage:
-    """A decoded bus message: the common header plus a typed payload."""
+    """A decoded bus message: the common header plus a typed payload.
 
-    type: int
-    sender: str          # 40 hex chars, the sender's node id
-    ip: str              # announced ip, "" when the sender does not know it yet
-    port: int            # client port
-    bus_port: int
-    flags: int = 0       # sender flags (FLAG_LEAVING)
-    gossip: list = ()    # list[GossipEntry]
-    payload: Any = None
-    # Job-layer messages whose payload did not have its type's shape, dropped
-    # by decode_body (a BATCH keeps its good entries; a single message keeps
-    # its header, with payload None): counted by the receiver.
-    malformed: int = 0
+    A plain class with typed fields rather than a dataclass: the compiled build
+    (setup.py) makes it a native class with C fields, which a slots dataclass
+    cannot be; equality and repr are a dataclass's."""
+
+    __slots__ = ("type", "sender", "ip", "port", "bus_port", "flags", "gossip", "payload",
+                 "malformed")
+
+    def __init__(self, type: int, sender: str, ip: str, port: int, bus_port: int,
+                 flags: int = 0, gossip: Any = (), payload: Any = None,
+                 malformed: int = 0) -> None:
+        self.type = type
+        self.sender = sender        # 40 hex chars, the sender's node id
+        self.ip = ip                # announced ip, "" when the sender does not know it yet
+        self.port = port            # client port
+        self.bus_port = bus_port
+        self.flags = flags          # sender flags (FLAG_LEAVING)
+        self.gossip = gossip        # list[GossipEntry]
+        self.payload = payload
+        # Job-layer messages whose payload did not have its type's shape, dropped
+        # by decode_body (a BATCH keeps its good entries; a single message keeps
+        # its header, with payload None): counted by the receiver.
+        self.malformed = malformed
+
+    def _fields(self) -> tuple:
+        return (self.type, self.sender, self.ip, self.port, self.bus_port, self.flags,
+                self.gossip, self.payload, self.malformed)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BusMessage):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __repr__(self) -> str:
+        return ("BusMessage(type=%r, sender=%r, ip=%r, port=%r, bus_port=%r, flags=%r, "
+                "gossip=%r, payload=%r, malformed=%r)" % self._fields())
 
     @property
     def type_name(self) -> str:
         return TYPE_NAMES.get(self.type, str(self.type))
 
 
+# One packer for the bodies (msgpack.packb makes a new one per call: half the
+# cost of a small body); the process is one thread. A packer keeps its buffer at
+# the largest body it made, so one that made a big body (a job of many MB) is
+# replaced rather than kept.
+_PACKER = msgpack.Packer(use_bin_type=True)
+_PACKER_KEEP = 1 << 20
+
+
 def encode_body(msg: BusMessage) -> bytes:
     """The msgpack body alone (no length prefix)."""
-    return msgpack.packb(
+    global _PACKER
+    body: bytes = _PACKER.pack(
         [PROTOCOL_VERSION, msg.type, msg.sender, msg.ip, msg.port, msg.bus_port,
-         msg.flags, msg.gossip, msg.payload],
-        use_bin_type=True,
-    )
+         msg.flags, msg.gossip, msg.payload])
+    if len(body) > _PACKER_KEEP:
+        _PACKER = msgpack.Packer(use_bin_type=True)
+    return body
 
 
 def encode_frame(msg: BusMessage, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> bytes:
@@ -200,64 +232,122 @@ def unbatch(msg: BusMessage) -> list[BusMessage]:
 # A peer's payload is checked here, where it is decoded, so that the handlers
 # (cluster/*.py) only ever see the shapes they were written for: a malformed one
 # is the peer's fault and is dropped, counted; an exception in a handler is ours.
-def _job_id(x) -> bool:
-    return type(x) is bytes and len(x) == 40 and x[:2] == b"D-"
+def _job_id(x: Any) -> bool:
+    if type(x) is not bytes:
+        return False
+    jid: bytes = x
+    return len(jid) == 40 and jid[0] == 68 and jid[1] == 45     # b"D-..."
 
 
-def _int(x) -> bool:
+def _int(x: Any) -> bool:
     return type(x) is int
 
 
-def _node_ids(x) -> bool:
-    return x is None or (type(x) is list and all(
-        type(n) is str and _HEX40.match(n) is not None for n in x))
+# Node ids found well formed (the senders, the holders REPLJOB lists: a handful
+# in a cluster), so the ids of every frame are not matched again; bounded, as
+# what is in it comes from peers.
+_CHECKED_IDS: set[str] = set()
+_CHECKED_IDS_MAX = 4096
 
 
-_JOB_INTS = (3, 4, 5, 6, 7, 8, 9, 10, 11, 13)
+def _node_id(x: Any) -> bool:
+    """40 lowercase hex chars (a str)."""
+    if type(x) is not str:
+        return False
+    if x in _CHECKED_IDS:
+        return True
+    if _HEX40.match(x) is None:
+        return False
+    if len(_CHECKED_IDS) >= _CHECKED_IDS_MAX:
+        _CHECKED_IDS.clear()
+    _CHECKED_IDS.add(x)
+    return True
 
 
-def _job_fields(f) -> bool:
+def _list_of(x: Any, check: Callable[[Any], bool]) -> bool:
+    """A list whose every item passes ``check``."""
+    if type(x) is not list:
+        return False
+    for item in x:
+        if not check(item):
+            return False
+    return True
+
+
+def _node_ids(x: Any) -> bool:
+    return x is None or _list_of(x, _node_id)
+
+
+_JOB_INTS: Final = (3, 4, 5, 6, 7, 8, 9, 10, 11, 13)
+
+
+def _job_fields(f: Any) -> bool:
     """broker/job.py's job_to_fields: id, queue, body, state, flags, repl, etime,
     ctime, delay, retry, nacks, additional-deliveries, nodes-delivered, requeue time,
     and (ext) the IDEMPOTENCY key when the job has one."""
-    return (type(f) is list and (len(f) == 14 or (len(f) == 15 and _idem_key(f[14])))
-            and _job_id(f[0]) and type(f[1]) is bytes
-            and type(f[2]) is bytes and all(type(f[i]) is int for i in _JOB_INTS)
-            and _node_ids(f[12]))
+    if not (type(f) is list and (len(f) == 14 or (len(f) == 15 and _idem_key(f[14])))
+            and _job_id(f[0]) and type(f[1]) is bytes and type(f[2]) is bytes):
+        return False
+    fields: list = f
+    for i in _JOB_INTS:
+        if type(fields[i]) is not int:
+            return False
+    return _node_ids(fields[12])
 
 
-def _idem_key(x) -> bool:
+def _idem_key(x: Any) -> bool:
     """(ext) An ADDJOB IDEMPOTENCY key: 1 to 256 bytes (broker/idempotency.py)."""
     return type(x) is bytes and 0 < len(x) <= 256
 
 
-def _id_and_int(p) -> bool:
+def _id_and_int(p: Any) -> bool:
     return type(p) is list and len(p) == 2 and _job_id(p[0]) and type(p[1]) is int
 
 
-PAYLOAD_SHAPES = {
-    REPLJOB: _job_fields,
-    GOTJOB: _job_id,
-    ENQUEUE: _job_id,
-    WILLQUEUE: _job_id,
-    WORKING: _job_id,
-    DELJOB: _job_id,
-    QUEUED: lambda p: (type(p) is list and len(p) == 3 and _job_id(p[0]) and _int(p[1])
-                       and _int(p[2])),
-    SETACK: _id_and_int,
-    GOTACK: _id_and_int,
-    NEEDJOBS: lambda p: (type(p) is list and len(p) in (2, 3) and type(p[0]) is bytes
-                         and all(type(v) is int for v in p[1:])),
-    YOURJOBS: lambda p: type(p) is list and all(_job_fields(f) for f in p),
-    PAUSE: lambda p: type(p) is list and len(p) == 2 and type(p[0]) is bytes and _int(p[1]),
-}
+def _queued(p: Any) -> bool:
+    return type(p) is list and len(p) == 3 and _job_id(p[0]) and _int(p[1]) and _int(p[2])
+
+
+def _needjobs(p: Any) -> bool:
+    return (type(p) is list and len(p) in (2, 3) and type(p[0]) is bytes
+            and _list_of(p[1:], _int))
+
+
+def _yourjobs(p: Any) -> bool:
+    return _list_of(p, _job_fields)
+
+
+def _pause(p: Any) -> bool:
+    return type(p) is list and len(p) == 2 and type(p[0]) is bytes and _int(p[1])
+
+
+def _payload_ok(mtype: int, p: Any) -> bool:
+    """Whether a job-layer payload has its type's shape (a type without one:
+    yes). The commonest types first; a chain rather than a table of functions,
+    so that the compiled build calls each check natively."""
+    if mtype == REPLJOB:
+        return _job_fields(p)
+    if mtype == GOTJOB or mtype == DELJOB or mtype == WILLQUEUE or mtype == WORKING \
+            or mtype == ENQUEUE:
+        return _job_id(p)
+    if mtype == SETACK or mtype == GOTACK:
+        return _id_and_int(p)
+    if mtype == QUEUED:
+        return _queued(p)
+    if mtype == NEEDJOBS:
+        return _needjobs(p)
+    if mtype == YOURJOBS:
+        return _yourjobs(p)
+    if mtype == PAUSE:
+        return _pause(p)
+    return True
 
 
 def _bad(what: str) -> BusProtocolError:
     return BusProtocolError(f"invalid bus message: {what}")
 
 
-def decode_body(body) -> BusMessage:
+def decode_body(body: Any) -> BusMessage:
     """Parse one msgpack body (bytes-like) into a :class:`BusMessage`."""
     try:
         obj = msgpack.unpackb(body, raw=False, use_list=True, strict_map_key=False)
@@ -274,7 +364,7 @@ def decode_body(body) -> BusMessage:
             f"unsupported bus protocol version {version!r} (this node speaks {PROTOCOL_VERSION})")
     if type(mtype) is not int:
         raise _bad("type is not an integer")
-    if type(sender) is not str or not _HEX40.match(sender):
+    if not _node_id(sender):
         raise _bad("sender is not a 40 hex chars node id")
     if type(ip) is not str or len(ip) > 255:
         raise _bad("ip is not a string")
@@ -291,7 +381,7 @@ def decode_body(body) -> BusMessage:
         if type(e) is not list or len(e) != 7:
             raise _bad("gossip entry is not a 7-element array")
         gid, gip, gport, gbus, gflags, gping, gpong = e
-        if (type(gid) is not str or not _HEX40.match(gid) or type(gip) is not str
+        if (not _node_id(gid) or type(gip) is not str
                 or type(gport) is not int or type(gbus) is not int
                 or type(gflags) is not int or type(gping) is not int
                 or type(gpong) is not int):
@@ -301,24 +391,26 @@ def decode_body(body) -> BusMessage:
     if mtype == BATCH:
         if type(payload) is not list or len(payload) & 1:
             raise _bad("batch payload is not a list of (type, payload) pairs")
-        for t in payload[0::2]:
+        items: list = payload
+        n = len(items)
+        for i in range(0, n, 2):
+            t = items[i]
             if type(t) is not int or t < FIRST_JOB_TYPE or t == BATCH:
                 raise _bad("batch entry is not a job-layer message")
-        shapes = PAYLOAD_SHAPES
-        good = []
-        for i in range(0, len(payload), 2):
-            ok = shapes.get(payload[i])
-            if ok is None or ok(payload[i + 1]):
-                good += payload[i:i + 2]
+        good: list | None = None    # the entries kept, once one is dropped
+        for i in range(0, n, 2):
+            if _payload_ok(items[i], items[i + 1]):
+                if good is not None:
+                    good += items[i:i + 2]
             else:
+                if good is None:
+                    good = items[:i]
                 malformed += 1
-        if malformed:
+        if good is not None:
             payload = good
-    else:
-        ok = PAYLOAD_SHAPES.get(mtype)
-        if ok is not None and not ok(payload):
-            malformed = 1
-            payload = None
+    elif not _payload_ok(mtype, payload):
+        malformed = 1
+        payload = None
     return BusMessage(mtype, sender, ip, port, bus_port, flags, entries, payload, malformed)
 
 
@@ -341,7 +433,7 @@ class FrameReader:
         self._pos = 0
         self.max_frame_size = max_frame_size
         self._error: BusProtocolError | None = None
-        self._mac = None
+        self._mac: Any = None       # hashlib's keyed BLAKE2b (frame_mac), once authenticated
         self._seq = 0
 
     def authenticate(self, key: bytes) -> None:
@@ -379,7 +471,7 @@ class FrameReader:
             raise self._error
         return n if len(buf) - pos - 4 >= n + extra else None
 
-    def feed(self, data) -> None:
+    def feed(self, data: Any) -> None:
         if self._error is not None:
             raise self._error
         self._buf += data
@@ -468,7 +560,7 @@ class AuthMessage(NamedTuple):
     kind: str
     nonce: bytes = b""           # hello
     macs: tuple = ()             # proof: the dialer's, one per secret
-    index: int = 0               # accept: which of the dialer's macs matched
+    index: int = 0  # type: ignore[assignment]  # accept: which of the dialer's macs matched
     mac: bytes = b""             # accept: the listener's
 
 

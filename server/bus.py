@@ -116,11 +116,14 @@ class _Conn(asyncio.Protocol):
                 if step is None:
                     return
                 self._authenticate(step)
+            # The handler (the output driver) deals with our own bugs itself.
+            on_message = self.bus.on_message
+            inbound = self.peer is None
             for msg in self.reader:
-                if self.peer is None and msg.sender != self.node_id:
+                if inbound and msg.sender != self.node_id:
                     # Inbound links are known by the sender id in the header.
                     self.bus._identify(self, msg.sender)
-                self.bus._dispatch(self.link, msg)
+                on_message(self.link, msg)
                 if self.closed:
                     return
         except BusProtocolError as exc:
@@ -566,10 +569,6 @@ class ClusterBus:
             peer.retry.cancel()
             peer.backoff = self.backoff_min
             self._dial(peer)
-
-    def _dispatch(self, link: Link, msg: BusMessage) -> None:
-        # The handler (the output driver) deals with our own bugs itself.
-        self.on_message(link, msg)
 
     def _conn_lost(self, conn: _Conn) -> None:
         peer = conn.peer

@@ -30,16 +30,24 @@ turn; without ``wake`` it flushes at once).
 from __future__ import annotations
 
 import logging
+from typing import Any, Callable
 
+from broker.node import Node
+from cluster.cluster import Cluster
 from cluster.membership import DropLink, NodeEvent, SaveConfig, Send
-from protocol.bus import BATCH, BusProtocolError, encode_frame, unbatch
+from protocol.bus import (
+    BATCH, DEFAULT_MAX_FRAME_SIZE, BusMessage, BusProtocolError, encode_frame, unbatch,
+)
 
 log = logging.getLogger("server.driver")
 
 
 class OutputDriver:
-    def __init__(self, node, cluster, *, bus=None, encode: bool = True, aof=None,
-                 wake=None, arm_timer=None, save_nodes_conf=None, on_event=None) -> None:
+    def __init__(self, node: Node, cluster: Cluster, *, bus: Any = None, encode: bool = True,
+                 aof: Any = None, wake: Callable[[], None] | None = None,
+                 arm_timer: Callable[[int], None] | None = None,
+                 save_nodes_conf: Callable[[str], None] | None = None,
+                 on_event: Callable[[NodeEvent], None] | None = None) -> None:
         """``bus``: ``send(node_id, ip, bus_port, frame)`` and
         ``drop_link(node_id, forget)`` (optionally ``cork``/``uncork``);
         ``encode``: give the bus encoded frames (False: the Send outputs
@@ -51,19 +59,19 @@ class OutputDriver:
         self.cluster = cluster
         self.bus = bus
         self.encode = encode
-        self.aof = None
+        self.aof: Any = None
         self.wake = wake
         self.arm_timer = arm_timer
         self.save_nodes_conf = save_nodes_conf
         self.on_event = on_event
-        self.held: list = []            # (conn, data) replies waiting for records
+        self.held: list[tuple[Any, Any]] = []       # (conn, data) replies waiting for records
         self.flush_requested = False
-        self.timer_at = None
+        self.timer_at: int | None = None
         if aof is not None:
             self.set_aof(aof)
 
     # -------------------------------------------------------------- persistence
-    def set_aof(self, aof) -> None:
+    def set_aof(self, aof: Any) -> None:
         """Attach (or, with None, detach) the AOF writer: records are produced
         while one is attached."""
         if aof is None and self.aof is not None:
@@ -75,7 +83,7 @@ class OutputDriver:
             self.node.aof_error = None
 
     # ------------------------------------------------------------------- replies
-    def write_reply(self, conn, data) -> None:
+    def write_reply(self, conn: Any, data: Any) -> None:
         """An encoded reply for ``conn`` (``conn.write_now(data)`` sends it):
         now, or after this turn's records are written."""
         if self.aof is not None and (self.held or self.node.records or self.aof.pending):
@@ -99,9 +107,13 @@ class OutputDriver:
         self.timer_at = None
         self._input("tick", self.node.tick)
 
-    def bus_message(self, link, msg, now: int) -> None:
-        self._input("bus message %s" % msg.type_name, self.cluster.handle_message,
-                    link, msg, now)
+    def bus_message(self, link: Any, msg: BusMessage, now: int) -> None:
+        # _input's work, without formatting what it names per message.
+        try:
+            self.cluster.handle_message(link, msg, now)
+        except Exception as e:          # our bug: the node decides (raise or count)
+            self.node.internal_error(e, "bus message %s" % msg.type_name)
+        self.after_input()
 
     def link_up(self, node_id: str, now: int) -> None:
         self._input("link up", self.cluster.link_up, node_id, now)
@@ -109,7 +121,7 @@ class OutputDriver:
     def link_down(self, node_id: str, now: int) -> None:
         self._input("link down", self.cluster.link_down, node_id, now)
 
-    def _input(self, what: str, fn, *args) -> None:
+    def _input(self, what: str, fn: Callable[..., Any], *args: Any) -> None:
         try:
             fn(*args)
         except Exception as e:          # our bug: the node decides (raise or count)
@@ -157,7 +169,7 @@ class OutputDriver:
         if self.cluster.has_output:
             self.send_cluster_outputs(self.cluster.drain())
 
-    def send_cluster_outputs(self, outputs) -> None:
+    def send_cluster_outputs(self, outputs: list) -> None:
         if not self.encode:
             self._apply(outputs)
             return
@@ -171,9 +183,11 @@ class OutputDriver:
             if cork is not None:
                 bus.uncork()
 
-    def _apply(self, outputs) -> None:
-        frames = {}     # a broadcast is encoded once
+    def _apply(self, outputs: list) -> None:
+        frames: dict[int, bytes] = {}     # a broadcast is encoded once
         bus = self.bus
+        # The bus's frame size limit (the process's follows proto-max-bulk-len).
+        limit = getattr(bus, "max_frame_size", DEFAULT_MAX_FRAME_SIZE)
         for out in outputs:
             if isinstance(out, Send):
                 if bus is None:
@@ -184,7 +198,7 @@ class OutputDriver:
                 frame = frames.get(id(out.msg))
                 if frame is None:
                     try:
-                        frame = frames[id(out.msg)] = encode_frame(out.msg)
+                        frame = frames[id(out.msg)] = encode_frame(out.msg, limit)
                     except BusProtocolError as e:
                         if out.msg.type == BATCH:
                             # Too big for one frame: one frame per message.
