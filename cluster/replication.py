@@ -236,7 +236,12 @@ def tick(cluster: Cluster, now: int) -> None:
                 lifecycle.delete(broker, job)
             _answer(cluster, p, NOREPL_TIMEOUT)
             continue
-        if now >= p.next_widen:
+        if now >= p.next_widen and not p.is_async:
+            # Only a client waiting for its copies widens (Disque's
+            # clientsCronHandleDelayedJobReplication): an ASYNC add sends its
+            # REPLJOBs once, as Disque does. Re-sending them every 50 ms while
+            # the GOTJOBs queue behind a burst of ASYNC adds multiplied the
+            # bus traffic (4 REPLJOBs per job at -P 16).
             p.next_widen = now + WIDEN_EVERY_MS
             delivered = _nodes(job.nodes_delivered)
             spare = sorted(set(cluster.m.reachable_ids()) - delivered)
