@@ -443,9 +443,13 @@ def test_zero_filled_tail_is_a_torn_tail(log_image):
 def test_file_header_checks():
     with pytest.raises(fmt.BadHeader, match="not a Disquette AOF"):
         load(b"*2\r\n$7\r\nLOADJOB\r\n$3\r\nabc\r\n")
-    head = bytearray(fmt.file_header(version=2))
-    with pytest.raises(fmt.BadHeader, match="version 2"):
+    head = bytearray(fmt.file_header(version=3))
+    with pytest.raises(fmt.BadHeader, match="version 3"):
         load(bytes(head))
+    # Version 1 files (written before the history records) still load.
+    node, torn, _ = load(fmt.file_header(version=1) + fmt.encode_jobs(pinned_jobs(3)),
+                         now=T0 + 1000)
+    assert torn is None and node.job_count == 3
     node, torn, _ = load(fmt.file_header()[:9])
     assert torn.offset == 0
     node, torn, _ = load(b"")
