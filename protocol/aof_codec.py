@@ -161,20 +161,6 @@ def whole_record_at(buf, pos: int) -> int:
     return end
 
 
-def find_record(buf, pos: int) -> int:
-    """The first offset >= ``pos`` where a whole record starts that is followed
-    by a record header (or by the end of ``buf``), or -1: where reading starts
-    again after damage (checking the next header too makes a record's bytes
-    hidden in a job body an unlikely false start)."""
-    last = len(buf) - REC_HEADER_SIZE
-    while pos <= last:
-        end = whole_record_at(buf, pos)
-        if end >= 0 and (len(buf) - end < REC_HEADER_SIZE or record_length(buf, end) >= 0):
-            return pos
-        pos += 1
-    return -1
-
-
 # ------------------------------------------------------------------ reading
 class AOFError(Exception):
     """A problem with an AOF; ``offset`` is the byte offset it was found at."""

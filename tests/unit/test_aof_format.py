@@ -649,3 +649,53 @@ def test_job_records_keep_their_bytes(n, kind, digest):
     assert torn is None
     assert sorted(j.requeue_time for j in loaded.iter_jobs()) == [T0 + 30_000 + i
                                                                   for i in range(n)]
+
+
+# ---------------------------------------------------- the history (aof-history)
+def kinds_of(data: bytes) -> list[int]:
+    return [data[s + fmt.REC_HEADER_SIZE] for s, _ in record_bounds(data)]
+
+
+def history_run(history: bool) -> tuple[bytes, Node]:
+    """The same commands and timers with and without aof-history."""
+    clock = VirtualClock()
+    node = new_node(clock)
+    aof = MemoryAOF()
+    attach(node, aof)
+    node.persist_history = history
+    c = node.new_client()
+    a = run(node, c, "ADDJOB", "q", "a", 0, "RETRY", 1).encode()
+    b = run(node, c, "ADDJOB", "q", "b", 0, "RETRY", 1).encode()
+    run(node, c, "ADDJOB", "q", "gone", 0, "TTL", 1)
+    run(node, c, "GETJOB", "COUNT", 2, "FROM", "q")
+    run(node, c, "NACK", a)
+    run(node, c, "ENQUEUE", b)
+    run(node, c, "ACKJOB", a)
+    advance(node, clock, 3000)
+    return bytes(aof.data), node
+
+
+def test_history_records_are_skipped_by_the_loader():
+    """aof-history adds deliveries (G), NACKs (N), requeues (Q) and tells an
+    expiry (E) from a deletion; the node loads the same jobs from either file."""
+    plain, _ = history_run(False)
+    data, node = history_run(True)
+    kinds = kinds_of(data)
+    assert fmt.REC_EXPIRED not in kinds_of(plain) and fmt.REC_GOT not in kinds_of(plain)
+    for kind in (fmt.REC_GOT, fmt.REC_NACK, fmt.REC_REQUEUE, fmt.REC_EXPIRED):
+        assert kind in kinds, chr(kind)
+    a, b = load(plain, now=T0 + 3000)[0], load(data, now=T0 + 3000)[0]
+    assert ids_of(a) == ids_of(b) == ids_of(node)
+    summary = fmt.check_chunks([data])
+    assert summary.corrupt is None and summary.torn is None
+    got = [fmt.decode_ids(data[s + fmt.REC_HEADER_SIZE:e]) for s, e in record_bounds(data)
+           if data[s + fmt.REC_HEADER_SIZE] == fmt.REC_GOT]
+    assert sum(map(len, got)) == 2 and summary.records[fmt.REC_EXPIRED] == 1
+
+
+def test_time_marks_are_skipped_by_the_loader():
+    jobs = pinned_jobs(3)
+    data = (fmt.file_header() + fmt.encode_time(T0) + fmt.encode_jobs(jobs)
+            + fmt.encode_time(T0 + 5) + fmt.encode_ids(fmt.REC_GOT, [jobs[0].id]))
+    node, torn, _ = load(data, now=T0 + 1000)
+    assert torn is None and node.job_count == 3
