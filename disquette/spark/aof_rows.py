@@ -104,7 +104,7 @@ class Rows:
         self.etime: list = []
         self.ints: list[list] = [[] for _ in JOB_INTS]
         self.offset: list = []
-        self.error: list = []
+        self.errors: dict[int, str] = {}    # row -> why (damaged rows only)
 
     def add_jobs(self, time: int | None, offset: int, cols: list) -> None:
         ids = cols[0]
@@ -122,7 +122,6 @@ class Rows:
             v = cols[index]
             out.extend(repeat(0, n) if v == 0 else v)
         self.offset.extend(repeat(offset, n))
-        self.error.extend(repeat(None, n))
 
     def add_ids(self, time: int | None, offset: int, record: int, ids: list) -> None:
         self._add_other(time, offset, record, ids, None)
@@ -133,6 +132,8 @@ class Rows:
     def _add_other(self, time: int | None, offset: int, record: int, ids: list,
                    error: str | None) -> None:
         n = len(ids)
+        if error is not None:
+            self.errors[self.n] = error
         self.n += n
         self.time.extend(repeat(time, n))
         self.record.extend(repeat(record, n))
@@ -140,7 +141,14 @@ class Rows:
         for col in (self.queue, self.body, self.state, self.ctime, self.etime, *self.ints):
             col.extend(repeat(None, n))
         self.offset.extend(repeat(offset, n))
-        self.error.extend(repeat(error, n))
+
+    def _error_column(self) -> pa.Array:
+        if not self.errors:
+            return pa.nulls(self.n, pa.string())
+        errors = [None] * self.n
+        for row, why in self.errors.items():
+            errors[row] = why
+        return pa.array(errors, pa.string())
 
     def take(self) -> pa.RecordBatch:
         n = self.n
@@ -162,7 +170,7 @@ class Rows:
             *(pa.array(col, t) for col, (_, _, t) in zip(self.ints, JOB_INTS)),
             pa.repeat(pa.scalar(fr.path, pa.string()), n),
             pa.array(self.offset, pa.int64()),
-            pa.array(self.error, pa.string()),
+            self._error_column(),
         ]
         self._clear()
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
