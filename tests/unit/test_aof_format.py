@@ -9,6 +9,7 @@ loader must behave as the module docstring specifies every time.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import random
 import struct
@@ -699,3 +700,19 @@ def test_time_marks_are_skipped_by_the_loader():
             + fmt.encode_time(T0 + 5) + fmt.encode_ids(fmt.REC_GOT, [jobs[0].id]))
     node, torn, _ = load(data, now=T0 + 1000)
     assert torn is None and node.job_count == 3
+
+
+def test_a_version_1_file_loads_and_gets_the_version_2_header(tmp_path, monkeypatch):
+    """A node opening an older file for appending upgrades its header (in
+    place) before writing records of this version; the jobs load as before."""
+    monkeypatch.chdir(tmp_path)
+    jobs = pinned_jobs(3)
+    (tmp_path / "disque.aof").write_bytes(fmt.file_header(version=1) + fmt.encode_jobs(jobs))
+    node = new_node(VirtualClock(T0 + 1000))
+    aof = aof_mod.AppendOnlyFile(node, node.config, StepLoop(), exit_on_fatal=False)
+    asyncio.run(aof.load())
+    assert node.job_count == 3
+    data = (tmp_path / "disque.aof").read_bytes()
+    assert data[:fmt.FILE_HEADER_SIZE] == fmt.file_header()
+    assert data[fmt.FILE_HEADER_SIZE:] == fmt.encode_jobs(jobs)
+    aof.shutdown("default")
