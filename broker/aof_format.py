@@ -14,19 +14,11 @@ What the writer guarantees and the loader relies on: records are appended in
 the order things happened; a later J record for an id replaces the earlier one
 (a rewrite may log a job twice); D/A/R records for unknown ids are ignored.
 
-Damage
-------
-A *torn tail* (what a crash in the middle of a write leaves) is: fewer bytes
-than a record header at the end of the file; a record whose header is valid but
-whose payload runs past the end of the file; the last record of the file with a
-valid header and a payload checksum mismatch (a write that did not fully reach
-the disk); or only zero bytes from some record boundary to the end of the file
-(a file system that grew the file but lost the data). The loader reports it
-(``TornTail``) with the offset where the good data ends, and the caller
-truncates it when ``aof-load-truncated`` allows. Anything else - a record header
-checksum mismatch, a payload checksum mismatch with more data after it, a record
-that does not decode - is corruption: ``CorruptAOF`` names the byte offset of
-the record that failed, and the node refuses to start.
+Damage (protocol/aof_codec.py says what a torn tail is): the loader reports a
+torn tail (``TornTail``) with the offset where the good data ends, and the
+caller truncates it when ``aof-load-truncated`` allows; anything else is
+corruption (``CorruptAOF``, with the byte offset of the record that failed),
+and the node refuses to start.
 """
 
 from __future__ import annotations

@@ -61,9 +61,8 @@ cheap: the writer gathers one attribute at a time, the loader lets msgpack's C
 decoder build every id, body and integer and creates the Job objects with one
 ``map`` call. Rows cost less to write for the few jobs of a quiet event-loop turn.
 
-What the writer guarantees and the loader relies on: records are appended in
-the order things happened; a later J record for an id replaces the earlier one
-(a rewrite may log a job twice); D/A/R records for unknown ids are ignored.
+Records are appended in the order things happened (what broker/aof_format.py's
+loader relies on, and what a history read shows).
 
 Damage
 ------
@@ -72,12 +71,11 @@ than a record header at the end of the file; a record whose header is valid but
 whose payload runs past the end of the file; the last record of the file with a
 valid header and a payload checksum mismatch (a write that did not fully reach
 the disk); or only zero bytes from some record boundary to the end of the file
-(a file system that grew the file but lost the data). The loader reports it
-(``TornTail``) with the offset where the good data ends, and the caller
-truncates it when ``aof-load-truncated`` allows. Anything else - a record header
-checksum mismatch, a payload checksum mismatch with more data after it, a record
-that does not decode - is corruption: ``CorruptAOF`` names the byte offset of
-the record that failed, and the node refuses to start.
+(a file system that grew the file but lost the data). The ``Scanner`` reports
+it (``TornTail``) with the offset where the good data ends. Anything else - a
+record header checksum mismatch, a payload checksum mismatch with more data
+after it, a record that does not decode - is corruption: ``CorruptAOF`` names
+the byte offset of the record that failed.
 """
 
 from __future__ import annotations

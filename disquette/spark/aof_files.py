@@ -95,9 +95,9 @@ def resync(read: Callable[[int, int], bytes], pos: int, size: int) -> int:
         window = read(pos, min(WALK_WINDOW, size - pos))
         last = len(window) - REC_HEADER_SIZE
         for i in range(last + 1):
-            if record_length(window, i) < 0:
-                continue
             length = record_length(window, i)
+            if length < 0:
+                continue
             end = pos + i + REC_HEADER_SIZE + length
             if end > size:
                 continue
@@ -108,6 +108,16 @@ def resync(read: Callable[[int, int], bytes], pos: int, size: int) -> int:
                 return pos + i
         pos += last + 1
     return size
+
+
+def _zeros_to(read: Callable[[int, int], bytes], pos: int, size: int) -> bool:
+    """Only zero bytes from ``pos`` to ``size``?"""
+    while pos < size:
+        chunk = read(pos, min(WALK_WINDOW, size - pos))
+        if not chunk or chunk.count(0) != len(chunk):
+            return False
+        pos += len(chunk)
+    return True
 
 
 def check_header(read: Callable[[int, int], bytes], path: str, size: int) -> None:
@@ -151,6 +161,8 @@ def _walk(path: str, read: Callable[[int, int], bytes], size: int, inode: int,
         i = pos - wbase
         length = record_length(window, i)
         if length < 0:
+            if _zeros_to(read, pos, size):
+                break           # a zero-filled tail: what a crash can leave, not damage
             if not skip_damage:
                 raise AOFReadError(f"disquette-aof: {path}: record header checksum mismatch "
                                    f"at byte offset {pos}")

@@ -12,6 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from broker import aof_format as fmt
+from broker.job import ACTIVE, Job, make_job_id
+from disquette.spark.aof_files import plan
+from disquette.spark.aof_rows import read_range
 from tests.harness import NodeFactory, NodeProcess, wait_until
 
 HISTORY = {"appendonly": "yes", "aof_history": "yes", "appendfsync": "always"}
@@ -174,3 +178,42 @@ def test_bad_options_and_paths_say_what_is_wrong(spark, tmp_path):
         read(spark, tmp_path / "not.aof").count()
     with pytest.raises(Exception, match="onDamage"):
         read(spark, tmp_path / "not.aof", onDamage="maybe").count()
+
+
+# -- the reader's planning and decoding on crafted files (no Spark) -----------
+
+def crafted(n: int = 200) -> bytes:
+    t0 = 1_700_000_000_000
+    out = [fmt.file_header()]
+    for i in range(n):
+        job = Job(make_job_id("ab" * 20, i, 3600, 30), b"q%d" % (i % 3), b"body-%d" % i,
+                  ACTIVE, 1, t0 + 3_600_000, t0 * 1_000_000 + i, 0, 30)
+        out += [fmt.encode_time(t0 + i), fmt.encode_jobs([job])]
+        if i % 4 == 0:
+            out.append(fmt.encode_ids(fmt.REC_GOT, [job.id]))
+    return b"".join(out)
+
+
+def rows_of(path: Path, partition_bytes: int, skip: bool = False) -> list[tuple]:
+    out = []
+    for fr in plan([str(path)], partition_bytes, skip):
+        for batch in read_range(fr, False, skip):
+            out += list(zip(*(batch.column(c).to_pylist() for c in
+                              ("offset", "record", "id", "time", "body"))))
+    return out
+
+
+def test_ranges_split_at_record_boundaries_and_tails_are_not_damage(tmp_path):
+    data = crafted()
+    path = tmp_path / "disque.aof"
+    path.write_bytes(data)
+    whole = rows_of(path, 1 << 30)
+    assert len(whole) == 250
+    for part in (100, 1000, 4096):
+        assert rows_of(path, part) == whole
+    # A torn last record and a zero-filled tail: a prefix of whole records.
+    torn = fmt.encode_time(1_700_000_000_000)[:-3]      # a write cut short
+    for tail in (torn, bytes(100)):
+        path.write_bytes(data + tail)
+        for part in (1000, 1 << 30):
+            assert rows_of(path, part) == whole
