@@ -41,7 +41,7 @@ TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 # The job's fields a job record gives, as columns: (name, index in
 # protocol.aof_codec.decode_jobs's columns, Arrow type). A new job field is
-# one more row here (and in SCHEMA's order).
+# one more row here (and its column in arrow_schema).
 JOB_INTS = (("delay", 8, pa.int32()), ("retry", 9, pa.int32()), ("replicate", 5, pa.int32()),
             ("nacks", 10, pa.int32()), ("additional_deliveries", 11, pa.int32()))
 
