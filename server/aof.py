@@ -358,6 +358,7 @@ class AppendOnlyFile:
         self._open_append()
         self.outbuf = b""
         self.unsynced = False
+        self.last_time_mark = -1        # the new file's first write gets a time mark
         self.state = "on"
         self.last_rewrite_time = 0
         log.info("Append only file rewritten (%d bytes)", size)

@@ -219,3 +219,27 @@ def test_ranges_split_at_record_boundaries_and_tails_are_not_damage(tmp_path):
         path.write_bytes(data + tail)
         for part in (1000, 1 << 30):
             assert rows_of(path, part) == whole
+
+
+def test_config_set_aof_history_at_run_time(spark_factory):
+    """CONFIG SET aof-history yes on a node already logging: the history
+    starts with the next records; no turns it off again."""
+    n = spark_factory(appendonly="yes", appendfsync="always")
+    c = n.client(protocol=2)
+    path = n.dir / "disque.aof"
+
+    def records() -> list[str]:
+        return [r[1] for r in rows_of(path, 1 << 30)]
+
+    c.execute_command("ADDJOB", "q", "before", 0)
+    c.execute_command("GETJOB", "FROM", "q")
+    assert records() == ["add"]
+    c.execute_command("CONFIG", "SET", "aof-history", "yes")
+    c.execute_command("ADDJOB", "q", "during", 0)
+    c.execute_command("GETJOB", "FROM", "q")
+    assert records() == ["add", "add", "deliver"]
+    c.execute_command("CONFIG", "SET", "aof-history", "no")
+    c.execute_command("ADDJOB", "q", "after", 0)
+    c.execute_command("GETJOB", "FROM", "q")
+    assert records() == ["add", "add", "deliver", "add"]
+    n.stop()
