@@ -15,27 +15,32 @@ import os
 from itertools import accumulate, repeat
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from protocol.aof_codec import (
-    REC_ACK, REC_DEL, REC_DELIVERED, REC_EXPIRED, REC_FLUSHALL, REC_GOT, REC_HEADER_SIZE,
-    REC_JOB_ROWS, REC_JOBS, REC_NACK, REC_REQUEUE, REC_TIME, CorruptAOF, Scanner, decode_ids,
-    decode_jobs, decode_time, record_length,
+    ID_LEN, REC_ACK, REC_DEL, REC_DELIVERED, REC_EXPIRED, REC_FLUSHALL, REC_GOT,
+    REC_HEADER_SIZE, REC_JOB_ROWS, REC_JOBS, REC_NACK, REC_REQUEUE, REC_TIME, CorruptAOF,
+    Scanner, decode_ids, decode_jobs, decode_time, record_length,
 )
 
 from .aof_files import AOFReadError, FileRange, resync
 
 READ_CHUNK = 4 << 20
-BATCH_ROWS = 1 << 16            # rows per Arrow batch at most
+BATCH_ROWS = 1 << 16            # rows per Arrow batch at most...
+BATCH_BYTES = 256 << 20         # ...and body bytes (offsets are 32-bit)
 
 # The record types, as the ``record`` column names them.
 RECORDS = ("add", "deliver", "nack", "requeue", "ack", "delete", "expire", "flushall", "damaged")
 _ADD, _DELIVER, _NACK, _REQUEUE, _ACK, _DELETE, _EXPIRE, _FLUSHALL, _DAMAGED = range(len(RECORDS))
 ID_RECORD = {REC_DELIVERED: _DELIVER, REC_GOT: _DELIVER, REC_NACK: _NACK,
              REC_REQUEUE: _REQUEUE, REC_ACK: _ACK, REC_DEL: _DELETE, REC_EXPIRED: _EXPIRE}
-# A job's state as its record stores it (broker/job.py's codes).
+# A job's state as its record stores it (broker/job.py's codes; a code this
+# reader does not know shows as its number).
 STATES = ("wait-repl", "active", "queued", "acked")
+STATE_NAMES = pa.array([*STATES, *map(str, range(len(STATES), 128))], pa.string())
+RECORD_NAMES = pa.array(RECORDS, pa.string())
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
@@ -57,34 +62,45 @@ def arrow_schema(binary_body: bool) -> pa.Schema:
     ])
 
 
-def _bytes_array(values: list, typ: pa.DataType) -> pa.Array:
-    """bytes (or None) values as a binary/string array, built from one joined
-    buffer (pa.array over bytes objects is several times slower)."""
+def _ints(values: list, dtype: Any) -> pa.Array:
+    """Python ints as an Arrow array, through numpy (several times faster than
+    pa.array over a list)."""
+    return pa.array(np.fromiter(values, dtype, len(values)))
+
+
+def _bytes_array(values: list, typ: pa.DataType, width: int = 0) -> pa.Array:
+    """bytes values as a binary/string array, built from one joined buffer and
+    its offsets (pa.array over bytes objects is several times slower);
+    ``width``: every value is that long (job ids)."""
     n = len(values)
-    nulls = None in values
-    if nulls:
-        mask = pa.array([v is None for v in values])
-        values = [b"" if v is None else v for v in values]
-    offsets = pa.array(accumulate(map(len, values), initial=0), pa.int32())
-    arr = pa.Array.from_buffers(pa.binary(), n, [None, offsets.buffers()[1],
-                                                 pa.py_buffer(b"".join(values))])
+    data = b"".join(values)
+    if width and len(data) == width * n:
+        offsets = np.arange(0, width * (n + 1), width, dtype=np.int32)
+    else:
+        offsets = np.empty(n + 1, np.int32)
+        offsets[0] = 0
+        np.cumsum(np.fromiter(map(len, values), np.int32, n), out=offsets[1:])
+    arr = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
+                                                 pa.py_buffer(data)])
     if typ == pa.string():
         try:
             arr = arr.cast(pa.string())
         except pa.ArrowInvalid:        # not UTF-8: replaced, as bodyType=string says
             arr = pa.array([v.decode("utf-8", "replace") for v in values], pa.string())
-    if nulls:
-        arr = pc.if_else(mask, pa.nulls(n, typ), arr)
     return arr
 
 
 def _ms(values: list) -> pa.Array:
-    """Unix times in ms (or None) as timestamps."""
-    return pc.multiply(pa.array(values, pa.int64()), 1000).cast(TIMESTAMP)
+    """Unix times in ms (None: unknown) as timestamps."""
+    arr = pa.array(values, pa.int64()) if None in values else _ints(values, np.int64)
+    return pc.multiply(arr, 1000).cast(TIMESTAMP)
 
 
 class Rows:
-    """The columns of the rows decoded so far (lists), made a batch by ``take``."""
+    """The columns of the rows decoded so far (lists), made a batch by ``take``.
+
+    Rows that are not a job record's (id records, events) fill the job's
+    columns with zeros, masked as nulls when the batch is made."""
 
     def __init__(self, fr: FileRange, binary_body: bool) -> None:
         self.fr = fr
@@ -94,6 +110,7 @@ class Rows:
 
     def _clear(self) -> None:
         self.n = 0
+        self.bytes = 0
         self.time: list = []
         self.record: list = []
         self.id: list = []
@@ -104,7 +121,12 @@ class Rows:
         self.etime: list = []
         self.ints: list[list] = [[] for _ in JOB_INTS]
         self.offset: list = []
-        self.errors: dict[int, str] = {}    # row -> why (damaged rows only)
+        self.no_job: list[tuple[int, int]] = []   # (first row, rows) without job fields
+        self.errors: dict[int, str] = {}          # row -> why (damaged rows only)
+
+    @property
+    def full(self) -> bool:
+        return self.n >= BATCH_ROWS or self.bytes >= BATCH_BYTES
 
     def add_jobs(self, time: int | None, offset: int, cols: list) -> None:
         ids = cols[0]
@@ -114,7 +136,9 @@ class Rows:
         self.record.extend(repeat(_ADD, n))
         self.id.extend(ids)
         self.queue.extend(cols[1])
-        self.body.extend(cols[2])
+        bodies = cols[2]
+        self.bytes += sum(map(len, bodies))
+        self.body.extend(bodies)
         self.state.extend(cols[3])
         self.ctime.extend(cols[7])
         self.etime.extend(cols[6])
@@ -127,19 +151,22 @@ class Rows:
         self._add_other(time, offset, record, ids, None)
 
     def add_event(self, time: int | None, offset: int, record: int, error: str | None) -> None:
-        self._add_other(time, offset, record, [None], error)
+        self._add_other(time, offset, record, [b""], error)
 
     def _add_other(self, time: int | None, offset: int, record: int, ids: list,
                    error: str | None) -> None:
         n = len(ids)
         if error is not None:
             self.errors[self.n] = error
+        self.no_job.append((self.n, n))
         self.n += n
         self.time.extend(repeat(time, n))
         self.record.extend(repeat(record, n))
         self.id.extend(ids)
-        for col in (self.queue, self.body, self.state, self.ctime, self.etime, *self.ints):
-            col.extend(repeat(None, n))
+        for col in (self.queue, self.body):
+            col.extend(repeat(b"", n))
+        for col in (self.state, self.ctime, self.etime, *self.ints):
+            col.extend(repeat(0, n))
         self.offset.extend(repeat(offset, n))
 
     def _error_column(self) -> pa.Array:
@@ -153,23 +180,35 @@ class Rows:
     def take(self) -> pa.RecordBatch:
         n = self.n
         fr = self.fr
-        states = self.state
-        state_arr = pa.array(states, pa.int8())
-        names = pa.array(list(STATES) + [str(i) for i in range(len(STATES), 128)], pa.string())
-        ctime = pa.array(self.ctime, pa.int64())
+        job = [
+            _bytes_array(self.queue, pa.string()),
+            _bytes_array(self.body, self.body_type),
+            STATE_NAMES.take(_ints(self.state, np.int8)),
+            # ctime is ms * 1e6 + a counter: microseconds are ctime // 1000
+            pc.divide(_ints(self.ctime, np.int64), 1000).cast(TIMESTAMP),
+            _ms(self.etime),
+            *(_ints(col, np.int32) for col in self.ints),
+        ]
+        ids = _bytes_array(self.id, pa.string(), width=ID_LEN)
+        if self.no_job:
+            has_job = np.ones(n, bool)
+            for first, count in self.no_job:
+                has_job[first:first + count] = False
+            mask = pa.array(has_job)
+            job = [pc.if_else(mask, a, pa.scalar(None, a.type)) for a in job]
+            events = [first for first, count in self.no_job if self.record[first] >= _FLUSHALL]
+            if events:          # flushall and damaged rows name no job
+                valid = np.ones(n, bool)
+                valid[events] = False
+                ids = pc.if_else(pa.array(valid), ids, pa.scalar(None, pa.string()))
         arrays = [
             _ms(self.time),
             pa.repeat(pa.scalar(fr.node, pa.string()), n),
-            pa.array(RECORDS, pa.string()).take(pa.array(self.record, pa.int8())),
-            _bytes_array(self.id, pa.string()),
-            _bytes_array(self.queue, pa.string()),
-            _bytes_array(self.body, self.body_type),
-            names.take(state_arr),
-            pc.divide(ctime, 1000).cast(TIMESTAMP),     # ctime: ms * 1e6 + a counter
-            _ms(self.etime),
-            *(pa.array(col, t) for col, (_, _, t) in zip(self.ints, JOB_INTS)),
+            RECORD_NAMES.take(_ints(self.record, np.int8)),
+            ids,
+            *job,
             pa.repeat(pa.scalar(fr.path, pa.string()), n),
-            pa.array(self.offset, pa.int64()),
+            _ints(self.offset, np.int64),
             self._error_column(),
         ]
         self._clear()
@@ -214,7 +253,7 @@ def read_range(fr: FileRange, binary_body: bool, skip_damage: bool) -> Iterator[
                             time = _decode(rows, time, offset, payload)
                         except Exception as e:
                             raise CorruptAOF(offset, f"undecodable record ({e})") from None
-                        if rows.n >= BATCH_ROWS:
+                        if rows.full:
                             yield rows.take()
                 torn = scanner.finish()
                 if torn is not None and fr.end < fr.size:

@@ -95,8 +95,12 @@ def test_partitions_and_many_files_read_the_same_rows(spark, history_node, tmp_p
     assert split.rdd.getNumPartitions() > 4
     rows = sorted(whole.collect())
     assert sorted(split.collect()) == rows
-    # A file named twice (here by its path and a glob) is read once.
-    both = read(spark, copy, str(tmp_path / "copy" / "*.aof"), history_node.dir,
+    # A file named twice (here by its path and a glob) is read once; a
+    # directory, its AOF files (not the live one: its node keeps appending).
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copyfile(copy, other / "disque.aof")
+    both = read(spark, copy, str(tmp_path / "copy" / "*.aof"), other,
                 partitionBytes=4096).select("file").collect()
     assert sorted(Counter(r.file for r in both).values()) == [len(rows), len(rows)]
 
