@@ -277,6 +277,11 @@ class Directives:
         Bool(), False, runtime=True,
         doc="At the next AOF load put jobs straight back into their queues, then reset "
             "to no (controlled restarts).")
+    aof_history: bool = directive(
+        Bool(), False, runtime=True,
+        doc="(ext) Also log the job history to the AOF: a time mark per write, every "
+            "delivery, NACK and requeue, and expirations told from deletions (read by "
+            "the disquette-aof Spark data source).")
     aof_rewrite_incremental_fsync: bool = directive(
         Bool(), True, runtime=True,
         doc="fsync every 32 MB while rewriting the AOF.")

@@ -22,7 +22,8 @@ imports nothing above the broker core.
 Persistence is an output: a change that must survive a restart appends an item
 to ``node.records`` (broker/records.py) while ``node.persist`` is on, whatever
 caused it; the shell writes them before the replies and bus messages of the same
-input leave.
+input leave. With ``node.persist_history`` (aof-history) the job's history is
+recorded too: deliveries, NACKs, requeues, and expirations told from deletions.
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ from broker.job import (
 )
 from broker.job import FLAG_HELD, HELD
 from broker.queue import PAUSED_IN, PAUSED_OUT, Queue
-from broker.records import REC_ACK, REC_DEL, REC_DELIVERED, REC_FLUSHALL
-from broker.records import REC_RELEASED
+from broker.records import (
+    REC_ACK, REC_DEL, REC_DELIVERED, REC_EXPIRED, REC_FLUSHALL, REC_GOT, REC_NACK, REC_RELEASED,
+    REC_REQUEUE,
+)
 
 if TYPE_CHECKING:   # for the types only: the Node calls this module
     from broker.node import Node
@@ -307,6 +310,8 @@ def requeue(node: Node, job: Job, now: int, nack: bool) -> bool:
         job.additional_deliveries += 1
     queue(node, job, now)
     schedule(node, job)
+    if node.persist_history:
+        node.records.append((REC_NACK if nack else REC_REQUEUE, job.id))
     return True
 
 
@@ -358,6 +363,8 @@ def deliver(node: Node, q, now: int):
         job.requeue_time += jitter(node)
         job.flags &= ~FLAG_BCAST_WILLQUEUE
         schedule(node, job)
+        if node.persist_history:
+            node.records.append((REC_GOT, job.id))
     elif node.persist:      # a delivered RETRY 0 job is never queued again
         node.records.append((REC_DELIVERED, job.id))
     q.atime = now
@@ -432,9 +439,10 @@ def gc_backoff(node: Node, job: Job, now: int) -> None:
 
 
 # ------------------------------------------------------------------ deletion
-def delete(node: Node, job: Job) -> None:
+def delete(node: Node, job: Job, record: int = REC_DEL) -> None:
     """Forget a job here, whatever its state (ack GC, DELJOB, FASTACK, TTL,
-    eviction, federation moving a RETRY 0 job)."""
+    eviction, federation moving a RETRY 0 job); ``record``: the AOF record
+    kind that says so."""
     shard = node.job_shards[job_shard(job.id)]
     if shard.get(job.id) is not job:
         return
@@ -445,7 +453,7 @@ def delete(node: Node, job: Job) -> None:
     node.jobs_memory -= job.memory_size()
     node.timers.cancel(job)
     if node.persist:
-        node.records.append((REC_DEL, job.id))
+        node.records.append((record, job.id))
     if job.state == WAIT_REPL:
         forget_key(node, job)       # its ADDJOB failed: the job never existed
     if node.cluster is not None:
@@ -454,7 +462,7 @@ def delete(node: Node, job: Job) -> None:
 
 def expire(node: Node, job: Job) -> None:
     node.stats["expired_jobs"] += 1
-    delete(node, job)
+    delete(node, job, REC_EXPIRED if node.persist_history else REC_DEL)
 
 
 def flush_all(node: Node, record: bool = True) -> None:
@@ -523,6 +531,8 @@ def process_due(node: Node, job: Job, now: int) -> None:
                         # carries it (counters are the job's, not the copy's).
                         job.additional_deliveries += 1
                         node.stats["requeued_jobs"] += 1
+                        if node.persist_history:
+                            node.records.append((REC_REQUEUE, job.id))
                     if cluster is not None:
                         cluster.before_requeue(job)
                     queue(node, job, now)

@@ -139,6 +139,8 @@ class Node:
         # it on with the AOF); aof_error is the shell's last write error (MISCONF).
         self.persist = False
         self.records: list = []
+        # aof-history (ext): also record deliveries, NACKs, requeues, expirations.
+        self.persist_history = False
         self.aof_error: str | None = None
         self.cluster: Any = None            # cluster layer, see cluster/cluster.py
         self._ctime_ms = 0

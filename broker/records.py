@@ -7,17 +7,15 @@ and writes them (server/aof.py, or the simulator's disk) before the replies and
 bus messages that depend on them leave. An item is either a Job (its creation or
 arrival here: the whole job, encoded when written so that it carries the job's
 state as of the end of that input) or ``(kind, job id)``.
+
+The record types are the file format's (protocol/aof_codec.py). With
+``aof-history yes`` (``node.persist_history``) the node also records
+deliveries, NACKs, requeues and expirations (as E instead of D).
 """
 
 from __future__ import annotations
 
-REC_JOBS = 0x4A         # 'J'  job creations (a batch, in columns)
-REC_JOB_ROWS = 0x6A     # 'j'  job creations (a few, in rows)
-REC_DEL = 0x44          # 'D'  deletions (evictions of any kind)
-REC_ACK = 0x41          # 'A'  acknowledgements
-REC_DELIVERED = 0x52    # 'R'  RETRY 0 jobs delivered: never to be queued again
-REC_FLUSHALL = 0x46     # 'F'  DEBUG FLUSHALL
-REC_RELEASED = 0x45     # 'E'  (ext) held jobs released (ENQUEUE here or on another holder)
-RECORD_NAMES = {REC_JOBS: "job batches", REC_JOB_ROWS: "job rows", REC_DEL: "deletions",
-                REC_ACK: "acks", REC_DELIVERED: "deliveries", REC_FLUSHALL: "flushall",
-                REC_RELEASED: "releases"}
+from protocol.aof_codec import (  # noqa: F401  (the kinds of the items above)
+    REC_ACK, REC_DEL, REC_DELIVERED, REC_EXPIRED, REC_FLUSHALL, REC_GOT, REC_JOB_ROWS, REC_JOBS,
+    REC_NACK, REC_RELEASED, REC_REQUEUE, RECORD_NAMES,
+)

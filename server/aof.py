@@ -29,7 +29,7 @@ from broker import lifecycle
 from broker.aof_policy import AOFPolicy
 from broker.dispatch import CommandError
 from server import aof_load
-from server.aof_files import create_empty, fdatasync
+from server.aof_files import create_empty, fdatasync, upgrade_header
 from server.aof_load import AOFLoadError, LoadProgress  # noqa: F401  (AOFLoadError: re-exported)
 from server.aof_rewrite import Rewrite, fsync_close_dir, rewrite_file
 
@@ -84,6 +84,7 @@ class AppendOnlyFile:
         self.cron_handle = None
         self.progress = LoadProgress()
         self.loaded_jobs = 0
+        self.last_time_mark = -1        # aof-history: the ms of the last T record
 
     # ----------------------------------------------------- the driver's input
     def append(self, records: list) -> None:
@@ -99,6 +100,8 @@ class AppendOnlyFile:
         if self.pending:
             items, self.pending = self.pending, []
             data = fmt.encode_items(items)
+            if self.node.persist_history:
+                data = self._time_mark() + data
             if self.rewrite is not None:
                 self.rewrite.capture(items, data)
             if self.fd is not None:
@@ -116,6 +119,14 @@ class AppendOnlyFile:
             log.info("Starting automatic rewriting of AOF on %d%% growth",
                      self.policy.growth_percent(self.current_size, self.base_size))
             self._start_rewrite()
+
+    def _time_mark(self) -> bytes:
+        """aof-history: a T record before this write's records, when the ms changed."""
+        now = self.node.clock()
+        if now == self.last_time_mark:
+            return b""
+        self.last_time_mark = now
+        return fmt.encode_time(now)
 
     def _write(self, data: bytes) -> None:
         if self.outbuf:
@@ -316,6 +327,7 @@ class AppendOnlyFile:
         rw.fd = None
         self.bio.submit(fsync_close_dir, tmp_fd, old_fd, self.path)
         self.rewrite = None
+        self.last_time_mark = -1
         self.outbuf = b""       # those records were captured by the rewrite
         self.current_size = self.base_size = rw.size
         self.unsynced = False
@@ -346,6 +358,7 @@ class AppendOnlyFile:
         self._open_append()
         self.outbuf = b""
         self.unsynced = False
+        self.last_time_mark = -1        # the new file's first write gets a time mark
         self.state = "on"
         self.last_rewrite_time = 0
         log.info("Append only file rewritten (%d bytes)", size)
@@ -366,6 +379,8 @@ class AppendOnlyFile:
                 loader = self._loader(self.node.clock())
                 torn = await aof_load.read_file(self.path, loader, self.progress)
                 self._after_load(loader, torn)
+                if loader.scanner.version is not None and loader.scanner.version < fmt.VERSION:
+                    upgrade_header(self.path)
             else:
                 log.info("No append only file %s yet: starting with an empty one", self.path)
                 create_empty(self.path)

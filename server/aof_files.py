@@ -40,6 +40,18 @@ def unlink_quietly(path: str) -> None:
         pass
 
 
+def upgrade_header(path: str) -> None:
+    """An older version's file (its records are a subset of this version's)
+    gets this version's header, in place, before records of this version are
+    appended: an older server then refuses it by its version."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, fmt.file_header(), 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def create_empty(path: str) -> None:
     """A new AOF at ``path`` holding just the file header, made atomically."""
     tmp = f"temp-newaof-{os.getpid()}.aof"

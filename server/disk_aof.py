@@ -42,6 +42,8 @@ class DiskAOF:
         if self.pending:
             items, self.pending = self.pending, []
             data = fmt.encode_items(items)
+            if self.node.persist_history:       # aof-history: a time mark first
+                data = fmt.encode_time(self.clock()) + data
             try:
                 self.disk.write(data, [i.id for i in items if i.__class__ is not tuple])
             except OSError as e:

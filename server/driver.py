@@ -78,6 +78,7 @@ class OutputDriver:
             self.flush()
         self.aof = aof
         self.node.persist = aof is not None
+        self.node.persist_history = aof is not None and self.node.config.aof_history
         if aof is None:
             self.node.records.clear()
             self.node.aof_error = None

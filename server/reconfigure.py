@@ -45,6 +45,8 @@ def config_changed(server, name: str) -> None:
         except OSError as e:
             raise ConfigError(f"CONFIG SET failed (possibly related to argument "
                               f"'dir') - {e.strerror}") from None
+    elif name == "aof-history":
+        node.persist_history = server.aof is not None and config.aof_history
     elif name == "appendfsync" and server.aof is not None:
         server.aof.flush(fsync=True)
     elif name == "loglevel":

@@ -9,6 +9,7 @@ loader must behave as the module docstring specifies every time.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import random
 import struct
@@ -487,9 +488,13 @@ def test_zero_filled_tail_is_a_torn_tail(log_image):
 def test_file_header_checks():
     with pytest.raises(fmt.BadHeader, match="not a Disquette AOF"):
         load(b"*2\r\n$7\r\nLOADJOB\r\n$3\r\nabc\r\n")
-    head = bytearray(fmt.file_header(version=2))
-    with pytest.raises(fmt.BadHeader, match="version 2"):
+    head = bytearray(fmt.file_header(version=3))
+    with pytest.raises(fmt.BadHeader, match="version 3"):
         load(bytes(head))
+    # Version 1 files (written before the history records) still load.
+    node, torn, _ = load(fmt.file_header(version=1) + fmt.encode_jobs(pinned_jobs(3)),
+                         now=T0 + 1000)
+    assert torn is None and node.job_count == 3
     node, torn, _ = load(fmt.file_header()[:9])
     assert torn.offset == 0
     node, torn, _ = load(b"")
@@ -689,3 +694,69 @@ def test_job_records_keep_their_bytes(n, kind, digest):
     assert torn is None
     assert sorted(j.requeue_time for j in loaded.iter_jobs()) == [T0 + 30_000 + i
                                                                   for i in range(n)]
+
+
+# ---------------------------------------------------- the history (aof-history)
+def kinds_of(data: bytes) -> list[int]:
+    return [data[s + fmt.REC_HEADER_SIZE] for s, _ in record_bounds(data)]
+
+
+def history_run(history: bool) -> tuple[bytes, Node]:
+    """The same commands and timers with and without aof-history."""
+    clock = VirtualClock()
+    node = new_node(clock)
+    aof = MemoryAOF()
+    attach(node, aof)
+    node.persist_history = history
+    c = node.new_client()
+    a = run(node, c, "ADDJOB", "q", "a", 0, "RETRY", 1).encode()
+    b = run(node, c, "ADDJOB", "q", "b", 0, "RETRY", 1).encode()
+    run(node, c, "ADDJOB", "q", "gone", 0, "TTL", 1)
+    run(node, c, "GETJOB", "COUNT", 2, "FROM", "q")
+    run(node, c, "NACK", a)
+    run(node, c, "ENQUEUE", b)
+    run(node, c, "ACKJOB", a)
+    advance(node, clock, 3000)
+    return bytes(aof.data), node
+
+
+def test_history_records_are_skipped_by_the_loader():
+    """aof-history adds deliveries (G), NACKs (N), requeues (Q) and tells an
+    expiry (E) from a deletion; the node loads the same jobs from either file."""
+    plain, _ = history_run(False)
+    data, node = history_run(True)
+    kinds = kinds_of(data)
+    assert fmt.REC_EXPIRED not in kinds_of(plain) and fmt.REC_GOT not in kinds_of(plain)
+    for kind in (fmt.REC_GOT, fmt.REC_NACK, fmt.REC_REQUEUE, fmt.REC_EXPIRED):
+        assert kind in kinds, chr(kind)
+    a, b = load(plain, now=T0 + 3000)[0], load(data, now=T0 + 3000)[0]
+    assert ids_of(a) == ids_of(b) == ids_of(node)
+    summary = fmt.check_chunks([data])
+    assert summary.corrupt is None and summary.torn is None
+    got = [fmt.decode_ids(data[s + fmt.REC_HEADER_SIZE:e]) for s, e in record_bounds(data)
+           if data[s + fmt.REC_HEADER_SIZE] == fmt.REC_GOT]
+    assert sum(map(len, got)) == 2 and summary.records[fmt.REC_EXPIRED] == 1
+
+
+def test_time_marks_are_skipped_by_the_loader():
+    jobs = pinned_jobs(3)
+    data = (fmt.file_header() + fmt.encode_time(T0) + fmt.encode_jobs(jobs)
+            + fmt.encode_time(T0 + 5) + fmt.encode_ids(fmt.REC_GOT, [jobs[0].id]))
+    node, torn, _ = load(data, now=T0 + 1000)
+    assert torn is None and node.job_count == 3
+
+
+def test_a_version_1_file_loads_and_gets_the_version_2_header(tmp_path, monkeypatch):
+    """A node opening an older file for appending upgrades its header (in
+    place) before writing records of this version; the jobs load as before."""
+    monkeypatch.chdir(tmp_path)
+    jobs = pinned_jobs(3)
+    (tmp_path / "disque.aof").write_bytes(fmt.file_header(version=1) + fmt.encode_jobs(jobs))
+    node = new_node(VirtualClock(T0 + 1000))
+    aof = aof_mod.AppendOnlyFile(node, node.config, StepLoop(), exit_on_fatal=False)
+    asyncio.run(aof.load())
+    assert node.job_count == 3
+    data = (tmp_path / "disque.aof").read_bytes()
+    assert data[:fmt.FILE_HEADER_SIZE] == fmt.file_header()
+    assert data[fmt.FILE_HEADER_SIZE:] == fmt.encode_jobs(jobs)
+    aof.shutdown("default")

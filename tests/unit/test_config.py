@@ -449,7 +449,7 @@ def test_get_patterns():
     assert c.get("por?") == [("port", "7711")]
     assert [n for n, _ in c.get("*aof*")] == [
         "auto-aof-rewrite-percentage", "auto-aof-rewrite-min-size", "aof-load-truncated",
-        "aof-enqueue-jobs-once", "aof-rewrite-incremental-fsync"]
+        "aof-enqueue-jobs-once", "aof-history", "aof-rewrite-incremental-fsync"]
     assert [n for n, _ in c.get("[pt]*")] == [
         "pidfile", "port", "tcp-backlog", "timeout", "tcp-keepalive", "protected-mode",
         "tls-port", "tls-cert-file", "tls-key-file", "tls-key-file-pass",

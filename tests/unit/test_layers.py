@@ -26,7 +26,7 @@ ROOTS = CONF["root_packages"]
 NOT_PRODUCT = {"tests", "bench", "deploy", "docs", "setup"}
 # Top-level modules import-linter cannot take as a root package, with the only
 # packages each may import.
-TOP_MODULES = {"pyspark_disquette": {"disquette"}}
+TOP_MODULES = {"pyspark_disquette": {"disquette"}, "pyspark_disquette_aof": {"disquette"}}
 # Directories whose in-function imports are checked (the product and bench/).
 SCANNED = [*ROOTS, "bench"]
 OPTIONAL = re.compile(r"#.*\boptional\b", re.IGNORECASE)
