@@ -295,7 +295,9 @@ def _write_with_a_killed_attempt(spark, cluster, tmp_path, n: int, ttl: int) -> 
               .selectExpr(PADDED, "CASE WHEN id % 10 = 3 THEN 1 END AS delay")
               .select(fail_once("body").alias("body"), "delay"))
         reset_stats(cluster)
-        write("batch", spark, df, cluster, tmp_path, queue="k", batchSize=100, ttl=ttl)
+        # RETRY = TTL: no copy is re-queued (on a second node) while the test looks.
+        write("batch", spark, df, cluster, tmp_path, queue="k", batchSize=100, ttl=ttl,
+              retry=ttl)
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert addjob_calls(cluster) > n        # the killed attempt did add jobs
