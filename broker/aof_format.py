@@ -193,7 +193,7 @@ class Loader:
     go straight back into their queues, except RETRY 0 jobs already delivered.
     Acked jobs are not live: dropped, unless other nodes hold a copy (the cluster
     then finishes the ack GC). Expired jobs are dropped. (ext) Held jobs come
-    back held, with no timer but their TTL, until an E record releases them.
+    back held, with no timer but their TTL, until a U record releases them.
 
     The loader decodes; broker/lifecycle.py's ``restore*`` functions register
     (a whole record's jobs in one call: one Python call per job saved is what

@@ -247,7 +247,7 @@ def test_enqueue_once_restores_queues_exactly(made):
 @pytest.mark.parametrize("layout", ["rows", "columns"])
 def test_held_jobs_load_held_and_releases_are_replayed(made, monkeypatch, layout):
     """(ext) ADDJOB ... HOLD: a held job comes back held, with no timer but its
-    TTL (log or rewrite alike); an E record brings a released one back active,
+    TTL (log or rewrite alike); a U record brings a released one back active,
     re-queued by its DELAY (else RETRY) from the load; enqueue-once queues it."""
     monkeypatch.setattr(fmt, "MIN_JOBS_FOR_COLUMNS", 1000 if layout == "rows" else 1)
     node, clock, aof, c = made
@@ -257,7 +257,7 @@ def test_held_jobs_load_held_and_releases_are_replayed(made, monkeypatch, layout
     clock.now += 1
     released_at = clock.now
     assert run(node, c, "ENQUEUE", rel, late) == 2
-    assert aof.data.count(b"E" + rel) == 1
+    assert aof.data.count(b"U" + rel) == 1
     log, rewritten = bytes(aof.data), b"".join(fmt_snapshot(node))
     for image in (log, rewritten):
         loaded, torn, lclock = load(image, now=clock.now + 10_000)
