@@ -29,6 +29,7 @@ the guarantee and the window that remains.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -217,14 +218,21 @@ def _add(client: Client, queue: str, body: dict[str, Any], opts: WriteOptions) -
     return str(client.add_job(queue, raw, **_record_options(opts)))
 
 
-def _begin(client: Client, key: CommitKey, ids: list[str], opts: WriteOptions) -> Record:
+def _run_of(added: list[str]) -> str:
+    """Names the run that wrote a head (by the jobs its tasks added), so that
+    its own abort can tell its record from an earlier run's."""
+    return hashlib.sha1("\n".join(sorted(added)).encode()).hexdigest()
+
+
+def _begin(client: Client, key: CommitKey, ids: list[str], added: list[str],
+           opts: WriteOptions) -> Record:
     """Write the head (after its extra ``ids`` jobs): from now on a re-run
     finishes this release instead of staging again."""
     parts = [_add(client, key.queue + "/ids",
                   {"kind": "ids", "key": key.queue, "ids": ids[start:start + IDS_PER_RECORD]},
                   opts)
              for start in range(IDS_PER_RECORD, len(ids), IDS_PER_RECORD)]
-    head = {"kind": "release", "key": key.queue, "count": len(ids),
+    head = {"kind": "release", "key": key.queue, "run": _run_of(added), "count": len(ids),
             "ids": ids[:IDS_PER_RECORD], "parts": parts}
     return Record(key, {_add(client, key.queue, head, opts): head})
 
@@ -302,13 +310,29 @@ def commit_release(opts: WriteOptions, key: CommitKey, staged: list[str], added:
                 f"disquette: tasks found the commit record {key.queue} that the driver "
                 "cannot find now (nodes down?): not committing; run the query again")
         elif added:
-            record = _begin(client, key, staged, opts)
+            record = _begin(client, key, staged, added, opts)
             pause_at("before-release", opts)
             _release(opts, client, record, staged, finishing=False)
             _add(client, key.queue, {"kind": "done", "key": key.queue}, opts)
         _drop_release(client, record)
         _drop_previous(client, key)
     pause_at("after-release", opts)
+
+
+def abort_release(opts: WriteOptions, key: CommitKey, added: list[str]) -> None:
+    """Spark's abort of a keyed write (after its jobs were deleted): when the
+    commit that failed was this run's (its head names this run), its record
+    goes too, so that running the write again writes it afresh.  An earlier
+    run's record stays: a re-run still finishes that release."""
+    try:
+        with opts.conn.client() as client:
+            record = find(client, key, thorough=True)
+            if record.head is not None and record.head[1].get("run") == _run_of(added):
+                ids = list(record.jobs) + (record.head[1].get("parts") or [])
+                log.warning("disquette: the commit of %s failed: deleting its record", key.queue)
+                _forget(client, ids)
+    except DisqueError as e:   # abort runs while something else already failed
+        log.warning("disquette: the record %s stays (until its TTL): %s", key.queue, e)
 
 
 def _drop_release(client: Client, record: Record) -> None:

@@ -143,7 +143,11 @@ class _Writer:
                                        for m in messages))
 
     def _abort(self, messages: Sequence[Any]) -> None:
-        abort_jobs(self.opts.conn, _ids_of(messages, staged_only=False))
+        added = _ids_of(messages, staged_only=False)
+        abort_jobs(self.opts.conn, added)
+        key = _key_of(messages)
+        if key is not None and added:
+            commits.abort_release(self.opts, key, added)
 
 
 class DisquetteWriter(_Writer, DataSourceWriter):

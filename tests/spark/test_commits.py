@@ -14,10 +14,10 @@ import pytest
 from pyspark.sql import Row
 
 from disquette.spark.commits import (
-    PAUSE_ENV, RELEASE_STEP, CommitKey, commit_release, find, recorded,
+    PAUSE_ENV, RELEASE_STEP, CommitKey, abort_release, commit_release, find, recorded,
 )
 from disquette.spark.options import OptionError, WriteOptions
-from disquette.spark.writes import write_rows
+from disquette.spark.writes import DisqueWriteError, abort_jobs, write_rows
 from tests.harness import REPO_ROOT, WAIT_TIMEOUT, wait_until
 from tests.spark.kit import nodes_option, queued
 
@@ -72,6 +72,32 @@ def test_next_micro_batch_drops_the_record_of_the_one_before(cluster):
     assert kinds(cluster, CommitKey.stream("q-1", 1)) == []
     assert kinds(cluster, CommitKey.stream("q-1", 2)) == ["done"]
     assert len(queued(cluster, "mb")) == 30
+
+
+def test_a_failed_commit_aborted_leaves_nothing_and_can_run_again(cluster):
+    """A commit that fails after writing its record (jobs gone under it):
+    Spark aborts; the abort deletes the jobs and that record, so running
+    the write again writes it afresh."""
+    opts = options(cluster, "fail")
+    key = CommitKey.write("fail-1")
+    rows = [f"f{i}" for i in range(50)]
+    jobs = stage(opts, rows)
+    with opts.conn.client() as client:
+        client.fast_ack(*jobs.staged[:5])
+    with pytest.raises(DisqueWriteError, match="could not release 5 of 50"):
+        commit_release(opts, key, jobs.staged, jobs.all_ids(), skipped=False)
+    assert kinds(cluster, key) == ["release"]
+    abort_jobs(opts.conn, jobs.all_ids())
+    abort_release(opts, key, jobs.all_ids())
+    assert kinds(cluster, key) == [] and job_count(cluster, "fail") == 0
+    # An abort of another run (its tasks failed) keeps an earlier run's record.
+    jobs = stage(opts, rows)
+    with opts.conn.client() as client:
+        client.fast_ack(*jobs.staged[:5])
+    with pytest.raises(DisqueWriteError):
+        commit_release(opts, key, jobs.staged, jobs.all_ids(), skipped=False)
+    abort_release(opts, key, stage(opts, rows).all_ids())
+    assert kinds(cluster, key) == ["release"]
 
 
 def test_tasks_that_skipped_need_the_record(cluster):

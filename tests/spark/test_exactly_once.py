@@ -1,7 +1,8 @@
 """Exactly once across driver restarts: a real driver process (its own
 SparkSession, tests/spark/restart_driver.py) is killed at each point of a
-commit, then started again from the same checkpoints; every row is then
-exactly one job, and of the commit records only the last ``done`` ones stay.
+commit; the queries then restart from the same checkpoints (in this
+process's SparkSession); every row is then exactly one job, and of the
+commit records only the last ``done`` ones stay.
 
 The first driver is told (DISQUETTE_SPARK_COMMIT_PAUSE, docs/spark.md) to
 stop one write at each point: before its release, halfway through it, after
@@ -24,6 +25,7 @@ import pytest
 from disquette.spark.commits import PAUSE_ENV, RECORD_PREFIX, RELEASE_STEP, CommitKey
 from tests.harness import REPO_ROOT, WAIT_TIMEOUT, wait_until
 from tests.spark.kit import nodes_option, queued
+from tests.spark.restart_driver import batch_writes, finish, start_streams
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -140,18 +142,9 @@ class Driver:
         self.proc.wait(WAIT_TIMEOUT)
         wait_until(gone, message="the driver's processes outlive SIGKILL")
 
-    def wait(self) -> None:
-        try:
-            code = self.proc.wait(SPARK_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"driver hung: {self.tail()}") from None
-        self._reader.join(WAIT_TIMEOUT)
-        assert code == 0 and "done" in self.lines, self.tail()
 
-
-@pytest.mark.timeout(2 * SPARK_TIMEOUT + 60)
-def test_driver_killed_at_each_commit_point_adds_each_row_once(cluster, tmp_path):
+@pytest.mark.timeout(2 * SPARK_TIMEOUT)
+def test_driver_killed_at_each_commit_point_adds_each_row_once(spark, cluster, tmp_path):
     rows: dict[str, int] = {}
     cfg: dict = {"nodes": nodes_option(cluster), "streams": [], "writes": []}
     for queue, (files, per_file, _) in STREAMS.items():
@@ -192,10 +185,14 @@ def test_driver_killed_at_each_commit_point_adds_each_row_once(cluster, tmp_path
     finally:
         first.kill()
 
-    # The second driver, from the same checkpoints and writeId, runs to the end
-    # (and runs the batch write twice: the second adds nothing).
+    # The restart: the same queries from the same checkpoints, and the same
+    # writeId, in another driver (this process's SparkSession); the batch
+    # write runs twice: the second adds nothing.
+    queries = start_streams(spark, cfg)
     cfg["writes"][0]["times"] = 2
-    Driver(cfg, {}, tmp_path / "driver-2.log").wait()
+    batch_writes(spark, cfg)
+    finish(queries, SPARK_TIMEOUT)
+    assert [str(q.id) for q in queries] == [query_ids[q] for q in STREAMS]
 
     for queue, n in rows.items():
         got = queued(cluster, queue)
