@@ -35,28 +35,25 @@ def nodes_option(nodes: list[NodeProcess]) -> str:
     return ",".join(n.addr for n in nodes)
 
 
-def all_job_ids(nodes: list[NodeProcess], records: bool = False) -> set[str]:
-    """Every job any node holds (replicas counted once); without the commit
-    records of exactly-once writes (disquette/spark/commits.py) unless
-    ``records``."""
+def all_job_ids(nodes: list[NodeProcess]) -> set[str]:
+    """Every job any node holds (replicas counted once), but the commit
+    records of exactly-once writes (disquette/spark/commits.py)."""
     ids: set[str] = set()
     for n in nodes:
         reply = n.client(protocol=2).execute_command("JSCAN", "0", "BUSYLOOP")
         ids.update(x.decode() for x in reply[1])
-    return ids if records else ids - record_ids(nodes)
+    return ids - record_ids(nodes)
 
 
 def record_ids(nodes: list[NodeProcess]) -> set[str]:
-    """The jobs of the commit record queues (``disquette.commits/...``)."""
+    """The commit records (jobs of the ``disquette.commits/...`` queues): each
+    is queued on some node, its copies elsewhere have the same id."""
     ids: set[str] = set()
     for n in nodes:
         c = n.client(protocol=2)
-        for queue in c.execute_command("QSCAN", "0", "BUSYLOOP")[1]:
+        for queue in c.execute_command("QSCAN", "0", "BUSYLOOP", "MINLEN", "1")[1]:
             if queue.startswith(RECORD_PREFIX.encode()):
-                for m in nodes:
-                    reply = m.client(protocol=2).execute_command("JSCAN", "0", "BUSYLOOP",
-                                                                 "QUEUE", queue)
-                    ids.update(x.decode() for x in reply[1])
+                ids.update(e[1].decode() for e in c.execute_command("QPEEK", queue, 1_000_000))
     return ids
 
 
