@@ -111,6 +111,7 @@ class WriteOptions:
     maxlen: int | None = None
     staged: bool = True                 # tie the jobs to Spark's commit (see writes.py)
     connections: int = DEFAULT_CONNECTIONS  # batches in flight at once per task
+    write_id: str | None = None         # a batch write's key for exactly once (commits.py)
 
     @classmethod
     def from_options(cls, opts: Mapping[str, str]) -> "WriteOptions":
@@ -133,7 +134,17 @@ class WriteOptions:
             maxlen=_int(opts, "maxlen", None, minimum=1),
             staged=_bool(opts, "staged", True),
             connections=_int(opts, "connections", DEFAULT_CONNECTIONS, minimum=1),
+            write_id=_write_id(opts),
         )
+
+
+def _write_id(opts: Mapping[str, str]) -> str | None:
+    """``writeId``: names a batch write, so that running it again (after a
+    driver crash) adds nothing twice; it needs the staged write."""
+    write_id = _get(opts, "writeId") or None
+    if write_id is not None and not _bool(opts, "staged", True):
+        raise OptionError("option 'writeId' needs the staged write (remove staged=false)")
+    return write_id
 
 
 @dataclass

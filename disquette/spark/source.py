@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter,
     DataSourceWriter, InputPartition, WriterCommitMessage,
@@ -29,7 +30,8 @@ from pyspark.sql.types import (
 
 from disquette import DisqueError
 
-from . import reads
+from . import commits, reads
+from .commits import CommitKey
 from .options import OptionError, ReadOptions, WriteOptions
 from .rows import check_schema
 from .writes import DisqueWriteError, StagedJobs, abort_jobs, release_jobs, write_rows
@@ -37,6 +39,10 @@ from .writes import DisqueWriteError, StagedJobs, abort_jobs, release_jobs, writ
 log = logging.getLogger("disquette.spark")
 
 NAME = "disquette"
+# Local properties Spark gives the tasks of a micro-batch (MicroBatchExecution):
+# the query's id, kept across restarts from its checkpoint, and the batch id.
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 def read_schema(body_type: str) -> StructType:
@@ -54,6 +60,8 @@ class JobsMessage(WriterCommitMessage):
     """A write task's commit message: the jobs it added."""
 
     jobs: StagedJobs
+    key: CommitKey | None = None    # the write's commit record (commits.py), if keyed
+    skipped: bool = False           # that record existed: the task wrote nothing
 
 
 class JobsPartition(InputPartition):
@@ -90,19 +98,56 @@ def _ids_of(messages: Sequence[Any], staged_only: bool) -> list[str]:
 
 # -- writing ------------------------------------------------------------------
 
+def _stream_key() -> CommitKey | None:
+    """The micro-batch a streaming write task belongs to."""
+    ctx = TaskContext.get()
+    if ctx is None:
+        return None
+    query = ctx.getLocalProperty(QUERY_ID_PROPERTY)
+    batch = ctx.getLocalProperty(BATCH_ID_PROPERTY)
+    return CommitKey.stream(query, int(batch)) if query and batch else None
+
+
+def _key_of(messages: Sequence[Any]) -> CommitKey | None:
+    keys = {m.key for m in messages if isinstance(m, JobsMessage) and m.key is not None}
+    if len(keys) > 1:
+        raise DisqueWriteError(f"disquette: one commit for several writes: {sorted(keys, key=str)}")
+    return keys.pop() if keys else None
+
+
 class _Writer:
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
 
+    def _key(self) -> CommitKey | None:
+        """The key of the write's commit record (None: not kept exactly once)."""
+        return CommitKey.write(self.opts.write_id) if self.opts.write_id else None
+
     def write(self, iterator: Iterator[Any]) -> JobsMessage:
-        return JobsMessage(write_rows(self.opts, iterator))
+        key = self._key() if self.opts.staged else None
+        with self.opts.conn.client() as client:
+            if key is not None and commits.recorded(client, key):
+                return JobsMessage(StagedJobs(), key, skipped=True)
+            return JobsMessage(write_rows(self.opts, iterator, client=client), key)
 
     def _commit(self, messages: Sequence[Any]) -> None:
-        if self.opts.staged:
+        if not self.opts.staged:
+            return
+        key = _key_of(messages)
+        if key is None:
             release_jobs(self.opts.conn, _ids_of(messages, staged_only=True))
+        else:
+            commits.commit_release(self.opts, key, _ids_of(messages, staged_only=True),
+                                   _ids_of(messages, staged_only=False),
+                                   any(isinstance(m, JobsMessage) and m.skipped
+                                       for m in messages))
 
     def _abort(self, messages: Sequence[Any]) -> None:
-        abort_jobs(self.opts.conn, _ids_of(messages, staged_only=False))
+        added = _ids_of(messages, staged_only=False)
+        abort_jobs(self.opts.conn, added)
+        key = _key_of(messages)
+        if key is not None and added:
+            commits.abort_release(self.opts, key, added)
 
 
 class DisquetteWriter(_Writer, DataSourceWriter):
@@ -117,7 +162,12 @@ class DisquetteWriter(_Writer, DataSourceWriter):
 
 class DisquetteStreamWriter(_Writer, DataSourceStreamWriter):
     """Streaming write (``df.writeStream.format("disquette")``): each
-    micro-batch is committed or aborted as a batch write is."""
+    micro-batch is committed or aborted as a batch write is, exactly once
+    across driver restarts (its commit record is keyed by the query id and
+    the batch id: commits.py)."""
+
+    def _key(self) -> CommitKey | None:
+        return _stream_key()
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         self._commit(messages)
@@ -275,7 +325,11 @@ class DisquetteDataSource(DataSource):
         return DisquetteWriter(self._write_options(schema, overwrite))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DisquetteStreamWriter:
-        return DisquetteStreamWriter(self._write_options(schema, overwrite))
+        opts = self._write_options(schema, overwrite)
+        if opts.write_id:
+            raise OptionError("disquette: option 'writeId' is for batch writes (a streaming "
+                              "write is kept exactly once by its query id and batch id)")
+        return DisquetteStreamWriter(opts)
 
     def reader(self, schema: StructType) -> DisquetteReader:
         return DisquetteReader(ReadOptions.from_options(self.options))

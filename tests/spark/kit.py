@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from disquette.spark.commits import RECORD_PREFIX
 from tests.harness import NodeProcess
 
 
@@ -35,11 +36,24 @@ def nodes_option(nodes: list[NodeProcess]) -> str:
 
 
 def all_job_ids(nodes: list[NodeProcess]) -> set[str]:
-    """Every job any node holds (replicas counted once)."""
+    """Every job any node holds (replicas counted once), but the commit
+    records of exactly-once writes (disquette/spark/commits.py)."""
     ids: set[str] = set()
     for n in nodes:
         reply = n.client(protocol=2).execute_command("JSCAN", "0", "BUSYLOOP")
         ids.update(x.decode() for x in reply[1])
+    return ids - record_ids(nodes)
+
+
+def record_ids(nodes: list[NodeProcess]) -> set[str]:
+    """The commit records (jobs of the ``disquette.commits/...`` queues): each
+    is queued on some node, its copies elsewhere have the same id."""
+    ids: set[str] = set()
+    for n in nodes:
+        c = n.client(protocol=2)
+        for queue in c.execute_command("QSCAN", "0", "BUSYLOOP", "MINLEN", "1")[1]:
+            if queue.startswith(RECORD_PREFIX.encode()):
+                ids.update(e[1].decode() for e in c.execute_command("QPEEK", queue, 1_000_000))
     return ids
 
 
