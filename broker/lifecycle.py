@@ -22,7 +22,7 @@ input leave.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from broker.job import (
     ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_DUMMY_ACK, FLAG_QUEUED_ONCE,
@@ -34,10 +34,10 @@ from broker.records import REC_ACK, REC_DEL, REC_DELIVERED, REC_FLUSHALL
 if TYPE_CHECKING:   # for the types only: the Node calls this module
     from broker.node import Node
 
-WILLQUEUE_ADVANCE_MS = 500      # SPEC section 8: WILLQUEUE 500 ms before requeue
-REQUEUE_JITTER_MS = 250         # SPEC section 5: +-250 ms
-GC_FIRST_MS = 1000              # ack GC: first retry after 1 s, doubling...
-GC_MAX_MS = 180_000             # ...capped near 3 min
+WILLQUEUE_ADVANCE_MS: Final = 500      # SPEC section 8: WILLQUEUE 500 ms before requeue
+REQUEUE_JITTER_MS: Final = 250         # SPEC section 5: +-250 ms
+GC_FIRST_MS: Final = 1000              # ack GC: first retry after 1 s, doubling...
+GC_MAX_MS: Final = 180_000             # ...capped near 3 min
 
 
 # ------------------------------------------------------------------- timers

@@ -11,11 +11,13 @@ state as of the end of that input) or ``(kind, job id)``.
 
 from __future__ import annotations
 
-REC_JOBS = 0x4A         # 'J'  job creations (a batch, in columns)
-REC_JOB_ROWS = 0x6A     # 'j'  job creations (a few, in rows)
-REC_DEL = 0x44          # 'D'  deletions (evictions of any kind)
-REC_ACK = 0x41          # 'A'  acknowledgements
-REC_DELIVERED = 0x52    # 'R'  RETRY 0 jobs delivered: never to be queued again
-REC_FLUSHALL = 0x46     # 'F'  DEBUG FLUSHALL
+from typing import Final
+
+REC_JOBS: Final = 0x4A         # 'J'  job creations (a batch, in columns)
+REC_JOB_ROWS: Final = 0x6A     # 'j'  job creations (a few, in rows)
+REC_DEL: Final = 0x44          # 'D'  deletions (evictions of any kind)
+REC_ACK: Final = 0x41          # 'A'  acknowledgements
+REC_DELIVERED: Final = 0x52    # 'R'  RETRY 0 jobs delivered: never to be queued again
+REC_FLUSHALL: Final = 0x46     # 'F'  DEBUG FLUSHALL
 RECORD_NAMES = {REC_JOBS: "job batches", REC_JOB_ROWS: "job rows", REC_DEL: "deletions",
                 REC_ACK: "acks", REC_DELIVERED: "deliveries", REC_FLUSHALL: "flushall"}
