@@ -63,7 +63,7 @@ venv: $(VENV)/.installed
 # setup.py compiles the extensions in place (Cython: the request reader; mypyc:
 # the core modules it lists, typed against the modules they import): a changed
 # source rebuilds them.
-EXT_SOURCES := setup.py $(wildcard protocol/*.pyx protocol/*.pxd protocol/*.py broker/*.py broker/commands/*.py)
+EXT_SOURCES := setup.py $(wildcard protocol/*.pyx protocol/*.pxd protocol/*.py broker/*.pyx broker/*.py broker/commands/*.py server/resp.py)
 
 $(VENV)/.installed: pyproject.toml $(EXT_SOURCES) | deps-build
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -164,7 +164,7 @@ chaos: test-venv
 
 clean:
 	rm -rf $(RUN_DIR) chaos-runs .pytest_cache .hypothesis build dist *.egg-info
-	find protocol broker cluster \( -name '*.so' -o -name '*.c' \) -delete
+	find protocol broker cluster server \( -name '*.so' -o -name '*.c' \) -delete
 	rm -f *__mypyc.*.so
 	find . -path ./$(VENV) -prune -o -path ./$(PD_VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
