@@ -26,7 +26,7 @@ from typing import Sequence
 EXTENSIONS = os.environ.get("DISQUETTE_NO_EXTENSIONS", "") in ("", "0")
 
 # The top-level packages that hold compiled twins of their .py modules.
-COMPILED_PACKAGES = frozenset({"broker", "protocol"})
+COMPILED_PACKAGES = frozenset({"broker", "protocol", "server"})
 
 
 class SourceOnlyFinder:
