@@ -72,10 +72,11 @@ def jitter(node: Node) -> int:
 def _register(node: Node, job: Job) -> None:
     jid = job.id
     shard = node.job_shards[job_shard(jid)]
-    if jid not in shard:
+    size = len(shard)
+    shard[jid] = job            # one lookup in a table that is cold with many jobs
+    if len(shard) != size:      # a new id
         node.job_count += 1
         node.jobs_memory += job.memory_size()
-    shard[jid] = job
     schedule(node, job)
 
 
