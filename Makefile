@@ -63,7 +63,7 @@ venv: $(VENV)/.installed
 # setup.py compiles the extensions in place (Cython: the request reader; mypyc:
 # the core modules it lists, typed against the modules they import): a changed
 # source rebuilds them.
-EXT_SOURCES := setup.py $(wildcard protocol/*.pyx protocol/*.pxd protocol/*.py broker/*.py broker/commands/*.py cluster/*.py server/driver.py)
+EXT_SOURCES := setup.py $(wildcard protocol/*.pyx protocol/*.pxd protocol/*.py broker/*.pyx broker/*.py broker/commands/*.py cluster/*.py server/driver.py server/resp.py)
 
 $(VENV)/.installed: pyproject.toml $(EXT_SOURCES) | deps-build
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)

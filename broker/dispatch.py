@@ -7,15 +7,17 @@ to its constructor, so the core imports none of them.
 
 from __future__ import annotations
 
+from typing import Any, Callable, Final
+
 from protocol.resp import Error
 
 # Command flags.
-F_NOAUTH = 1      # allowed before AUTH
-F_LOADING = 2     # allowed while the AOF is loading
-F_DENYOOM = 4     # refused when over maxmemory (it would grow memory)
-F_WRITE = 8
-F_FAST = 16
-F_ADMIN = 32
+F_NOAUTH: Final = 1      # allowed before AUTH
+F_LOADING: Final = 2     # allowed while the AOF is loading
+F_DENYOOM: Final = 4     # refused when over maxmemory (it would grow memory)
+F_WRITE: Final = 8
+F_FAST: Final = 16
+F_ADMIN: Final = 32
 
 FLAG_NAMES = {F_NOAUTH: b"no_auth", F_LOADING: b"loading", F_DENYOOM: b"denyoom",
               F_WRITE: b"write", F_FAST: b"fast", F_ADMIN: b"admin"}
@@ -24,9 +26,12 @@ FLAG_NAMES = {F_NOAUTH: b"no_auth", F_LOADING: b"loading", F_DENYOOM: b"denyoom"
 class Command:
     __slots__ = ("name", "handler", "arity", "flags", "doc")
 
-    def __init__(self, name: bytes, handler, arity: int, flags: int, doc: str) -> None:
+    def __init__(self, name: bytes, handler: Callable[..., Any], arity: int, flags: int,
+                 doc: str) -> None:
         self.name = name
-        self.handler = handler  # fn(node, client, argv) -> reply (or BLOCKED)
+        # fn(node, client, argv) -> reply (or BLOCKED); typed, so that the compiled
+        # dispatch calls it directly, with no attribute lookup by name.
+        self.handler: Callable[..., Any] = handler
         self.arity = arity      # Redis convention: N exact, -N at least N (name included)
         self.flags = flags
         self.doc = doc

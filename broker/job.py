@@ -9,40 +9,52 @@ which is Disque's ``ms * 1_000_000 + counter`` ordering key.
 
 from __future__ import annotations
 
+from typing import Final
+
 from binascii import b2a_base64
 
 from mypy_extensions import mypyc_attr
 
+from protocol.build import EXTENSIONS
+
+if EXTENSIONS:
+    try:
+        from broker.untrack import untrack as _untrack     # (Cython, broker/untrack.pyx)
+    except ImportError:     # not built
+        _untrack = None
+else:
+    _untrack = None
+
 # Job states, in SPEC order. The index is what SHOW and JSCAN print.
-WAIT_REPL = 0
-ACTIVE = 1
-QUEUED = 2
-ACKED = 3
-HELD = 4        # (ext) ADDJOB ... HOLD: live, never queued until an ENQUEUE releases it
+WAIT_REPL: Final = 0
+ACTIVE: Final = 1
+QUEUED: Final = 2
+ACKED: Final = 3
+HELD: Final = 4        # (ext) ADDJOB ... HOLD: live, never queued until an ENQUEUE releases it
 STATE_NAMES = (b"wait-repl", b"active", b"queued", b"acked", b"held")
 STATE_BY_NAME = {name: i for i, name in enumerate(STATE_NAMES)}
 
-JOB_ID_LEN = 40
+JOB_ID_LEN: Final = 40
 # Defaults of SPEC section 3.
-DEFAULT_TTL = 86400
-DEFAULT_RETRY_MAX = 300
+DEFAULT_TTL: Final = 86400
+DEFAULT_RETRY_MAX: Final = 300
 
 # Job flags (small bit set, one slot).
-FLAG_BCAST_WILLQUEUE = 1  # WILLQUEUE already sent for the current requeue time
-FLAG_DELIVERED = 2        # given to a client at least once (RETRY 0 eviction)
-FLAG_DUMMY_ACK = 4        # ack for an id we never held (ACKJOB of an unknown id)
-FLAG_BCAST_QUEUED = 8     # (cluster) we told holders we queued it
-FLAG_QUEUED_ONCE = 16     # queued here before: ENQUEUE again is an additional delivery
+FLAG_BCAST_WILLQUEUE: Final = 1  # WILLQUEUE already sent for the current requeue time
+FLAG_DELIVERED: Final = 2        # given to a client at least once (RETRY 0 eviction)
+FLAG_DUMMY_ACK: Final = 4        # ack for an id we never held (ACKJOB of an unknown id)
+FLAG_BCAST_QUEUED: Final = 8     # (cluster) we told holders we queued it
+FLAG_QUEUED_ONCE: Final = 16     # queued here before: ENQUEUE again is an additional delivery
 # (ext) Added with HOLD and not released yet. The state says so once the job is
 # live (HELD); the flag is what REPLJOB carries while the origin's copy still
 # waits for replication (its state is wait-repl then).
-FLAG_HELD = 32
+FLAG_HELD: Final = 32
 # (ext) this node answered a retried ADDJOB (IDEMPOTENCY) with this copy's id: the
 # producer holds the id, so a DELJOB of the unacked copy (its originator's failed
 # add) no longer deletes it (cluster/acks.py)
-FLAG_KEY_ANSWERED = 128
+FLAG_KEY_ANSWERED: Final = 128
 
-BADID = "BADID Invalid Job ID format."
+BADID: Final = "BADID Invalid Job ID format."
 
 
 def valid_job_id(jid: bytes) -> bool:
@@ -63,6 +75,7 @@ def random_node_id(rng) -> str:
 
 
 _ID_PREFIX: dict[str, bytes] = {}   # node id -> b"D-<8 hex>-" (a handful per process)
+_ID_SUFFIX: dict[int, bytes] = {}   # TTL minutes -> b"-<4 hex>" (a few distinct TTLs)
 
 
 def make_job_id(node_id: str, rnd144: int, ttl: int, retry: int) -> bytes:
@@ -82,15 +95,21 @@ def make_job_id(node_id: str, rnd144: int, ttl: int, retry: int) -> bytes:
     prefix = _ID_PREFIX.get(node_id)
     if prefix is None:
         prefix = _ID_PREFIX[node_id] = b"D-" + node_id[:8].encode() + b"-"
+    suffix = _ID_SUFFIX.get(ttl_min)
+    if suffix is None:
+        if len(_ID_SUFFIX) >= 1024:     # TTLs are client-chosen: keep the memo small
+            _ID_SUFFIX.clear()
+        suffix = _ID_SUFFIX[ttl_min] = b"-%04x" % ttl_min
     # b2a_base64 is what base64.b64encode runs, without its Python frame;
-    # 18 bytes make exactly 24 chars, no padding. One %-format builds the id.
-    return b"%b%b-%04x" % (prefix, b2a_base64(rnd144.to_bytes(18, "big"), newline=False), ttl_min)
+    # 18 bytes make exactly 24 chars, no padding. Concatenation, not a %-format
+    # (which parses its format string every time).
+    return prefix + b2a_base64(rnd144.to_bytes(18, "big"), newline=False) + suffix
 
 
 # Job ids are spread over 4096 dicts by two chars of their random part, so JSCAN
 # can walk them with a stable integer cursor (SPEC: every job present for the
 # whole iteration is returned at least once) and the AOF rewrite a shard at a time.
-SHARDS = 4096
+SHARDS: Final = 4096
 B64_INDEX = bytearray(256)
 for _i, _c in enumerate(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"):
     B64_INDEX[_c] = _i
@@ -153,6 +172,8 @@ class Job:
         self.timer_slot = 0
         # (ext) ADDJOB ... IDEMPOTENCY key: the producer's key (broker/idempotency.py)
         self.idem_key: bytes | None = None
+        if _untrack is not None:    # no cycle only the GC could free: see broker/untrack.pyx
+            _untrack(self)
 
     @property
     def state_name(self) -> bytes:
@@ -168,7 +189,7 @@ class Job:
 
 # Rough fixed cost of a Job in this process (object, id, dict entry, queue entry),
 # used for maxmemory accounting, which must be deterministic (SPEC section 6).
-JOB_OVERHEAD = 320
+JOB_OVERHEAD: Final = 320
 
 
 def job_to_fields(job: Job) -> list:

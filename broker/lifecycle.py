@@ -28,7 +28,7 @@ recorded too: deliveries, NACKs, requeues, and expirations told from deletions.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from broker.job import (
     ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_DUMMY_ACK, FLAG_KEY_ANSWERED,
@@ -45,10 +45,10 @@ from broker.records import (
 if TYPE_CHECKING:   # for the types only: the Node calls this module
     from broker.node import Node
 
-WILLQUEUE_ADVANCE_MS = 500      # SPEC section 8: WILLQUEUE 500 ms before requeue
-REQUEUE_JITTER_MS = 250         # SPEC section 5: +-250 ms
-GC_FIRST_MS = 1000              # ack GC: first retry after 1 s, doubling...
-GC_MAX_MS = 180_000             # ...capped near 3 min
+WILLQUEUE_ADVANCE_MS: Final = 500      # SPEC section 8: WILLQUEUE 500 ms before requeue
+REQUEUE_JITTER_MS: Final = 250         # SPEC section 5: +-250 ms
+GC_FIRST_MS: Final = 1000              # ack GC: first retry after 1 s, doubling...
+GC_MAX_MS: Final = 180_000             # ...capped near 3 min
 
 
 # ------------------------------------------------------------------- timers
@@ -83,10 +83,11 @@ def jitter(node: Node) -> int:
 def _register(node: Node, job: Job) -> None:
     jid = job.id
     shard = node.job_shards[job_shard(jid)]
-    if jid not in shard:
+    size = len(shard)
+    shard[jid] = job            # one lookup in a table that is cold with many jobs
+    if len(shard) != size:      # a new id
         node.job_count += 1
         node.jobs_memory += job.memory_size()
-    shard[jid] = job
     schedule(node, job)
 
 

@@ -22,13 +22,15 @@ from __future__ import annotations
 import logging
 import sys
 from heapq import heappop, heappush
-from typing import Any
+from typing import Any, Callable, Final
 
 from mypy_extensions import mypyc_attr
 
 from broker import lifecycle
 from broker.client import Client
-from broker.dispatch import F_DENYOOM, F_LOADING, F_NOAUTH, CommandError, dispatch_error
+from broker.dispatch import (
+    F_DENYOOM, F_LOADING, F_NOAUTH, Command, CommandError, dispatch_error,
+)
 from broker.idempotency import IdempotencyKeys
 from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, SHARDS, Job, job_shard, random_node_id
 from broker.queue import PAUSED_OUT, Queue
@@ -38,26 +40,26 @@ from protocol.resp import NULL_ARRAY, Error, Status
 log = logging.getLogger("broker.node")
 
 # Returned by handle_command when the reply will come later through the outbox.
-BLOCKED = object()
+BLOCKED: Final = object()
 
-QUEUE_IDLE_GC_MS = 300_000      # empty queues collected after 300 s idle
-CRON_INTERVAL_MS = 100          # housekeeping (queue GC, eviction) at 10 Hz
-BASE_MEMORY = 2 * 1024 * 1024   # accounted fixed cost of a node
-QUEUE_OVERHEAD = 1024
+QUEUE_IDLE_GC_MS: Final = 300_000      # empty queues collected after 300 s idle
+CRON_INTERVAL_MS: Final = 100          # housekeeping (queue GC, eviction) at 10 Hz
+BASE_MEMORY: Final = 2 * 1024 * 1024   # accounted fixed cost of a node
+QUEUE_OVERHEAD: Final = 1024
 # A dict never shrinks as keys are deleted: a job shard whose table holds this
 # many bytes per live job (and is not tiny) is rebuilt at its size, a bounded
 # number of shards per cron run (SPEC section 9: memory follows the live jobs).
-SHARD_BYTES_PER_JOB = 128
-SHARD_MIN_BYTES = 1024
-SHARDS_PER_CRON = 256           # all 4096 in 1.6 s
+SHARD_BYTES_PER_JOB: Final = 128
+SHARD_MIN_BYTES: Final = 1024
+SHARDS_PER_CRON: Final = 256           # all 4096 in 1.6 s
 # Once the jobs' accounted memory fell this much below its peak and stopped
 # falling (one cron run), the host is asked to give freed memory back to the
 # system (Host.release_memory): once after a drain, not at every step of it.
-RELEASE_MEMORY_DROP = 32 * 1024 * 1024
+RELEASE_MEMORY_DROP: Final = 32 * 1024 * 1024
 # cmdstats[name] = [calls, total ns, then the latency histogram: slot
 # LATENCY_SLOT0 + b counts the commands whose duration in ns has bit length b
 # (took less than 2**b ns)].
-LATENCY_SLOT0 = 2
+LATENCY_SLOT0: Final = 2
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)   # server/host.py subclasses it
@@ -104,15 +106,16 @@ class Node:
         # passes time.perf_counter_ns itself: a C call, no Python frame.
         if perf_ns is None:
             perf_ns = (lambda: perf_us() * 1000) if perf_us is not None else (lambda: 0)
-        self.perf_ns = perf_ns
+        self.perf_ns: Callable[[], int] = perf_ns
         self.rng = rng                      # random.Random
         self.host = host or Host()
         self.strict = strict
         # Command table (broker/commands), also under upper-case names: the hot
         # path finds "ADDJOB" with one dict hit, without a lower() first.
-        self.commands = dict(commands or {})
-        self.commands_anycase = {**self.commands,
-                                 **{n.upper(): c for n, c in self.commands.items()}}
+        self.commands: dict[bytes, Command] = dict(commands or {})
+        self.commands_anycase: dict[bytes, Command] = {
+            **self.commands,
+            **{n.upper(): c for n, c in self.commands.items()}}
         # Our id and LEAVING flag belong to the cluster's node table when there is
         # one (see the properties below); these serve a node without a cluster.
         self._myself_id = node_id or random_node_id(rng)
@@ -210,10 +213,10 @@ class Node:
         This is the hot path of every command: locals instead of repeated
         attribute lookups, and the checks that are almost always false first."""
         name = argv[0]
-        cmd = self.commands_anycase.get(name) if name.__class__ is bytes else None
+        exact = type(name) is bytes
+        cmd = self.commands_anycase.get(name) if exact else None
         if cmd is None:  # mixed case, or not bytes
-            cmd = self.commands.get(name.lower() if name.__class__ is bytes
-                                    else bytes(name).lower())
+            cmd = self.commands.get(name.lower() if exact else bytes(name).lower())
         arity = cmd.arity if cmd is not None else 0
         if cmd is None or (len(argv) != arity if arity > 0 else len(argv) < -arity):
             return dispatch_error(cmd, argv)

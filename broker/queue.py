@@ -8,6 +8,8 @@ SortedKeyList (O(log n) anywhere), and pops whichever head is older.
 
 from __future__ import annotations
 
+from typing import Final
+
 from collections import deque
 from heapq import merge
 from itertools import filterfalse, islice
@@ -16,8 +18,8 @@ from operator import attrgetter
 from sortedcontainers import SortedKeyList
 
 # Pause flags (PAUSE command).
-PAUSED_IN = 1
-PAUSED_OUT = 2
+PAUSED_IN: Final = 1
+PAUSED_OUT: Final = 2
 PAUSE_NAMES = {0: b"none", PAUSED_IN: b"in", PAUSED_OUT: b"out", PAUSED_IN | PAUSED_OUT: b"all"}
 IMPORT_RATE_WINDOW_MS = 5000   # no import for this long: the import rate is 0
 
@@ -25,7 +27,7 @@ _by_ctime = attrgetter("ctime")
 
 # Dead entries tolerated in a JobList's run before it is compacted (beyond as
 # many as there are live jobs): bounds the memory they hold.
-_DEAD_SLACK = 1024
+_DEAD_SLACK: Final = 1024
 
 
 class JobList:

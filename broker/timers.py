@@ -32,15 +32,17 @@ POP_BUDGET jobs a call, so that such a bucket costs no tick a long pause.
 
 from __future__ import annotations
 
+from typing import Final
+
 from heapq import heappop, heappush
 
-RESOLUTION_MS = 10
-CHUNK = 256                 # entries per chunk: slot indices stay cached small ints
-COMPACT_SLACK = 1024        # stale entries tolerated beyond the live ones
-COMPACT_BUDGET = 5_000      # entries looked at per compact() call (well under 1 ms)
-FAR_MS = 60_000             # times further ahead go to a coarse bucket...
-COARSE_MS = 1000            # ...on this grid, FAR_MS / 2 early
-POP_BUDGET = 10_000         # jobs pop_due returns per call, about (whole chunks)
+RESOLUTION_MS: Final = 10
+CHUNK: Final = 256                 # entries per chunk: slot indices stay cached small ints
+COMPACT_SLACK: Final = 1024        # stale entries tolerated beyond the live ones
+COMPACT_BUDGET: Final = 5_000      # entries looked at per compact() call (well under 1 ms)
+FAR_MS: Final = 60_000             # times further ahead go to a coarse bucket...
+COARSE_MS: Final = 1000            # ...on this grid, FAR_MS / 2 early
+POP_BUDGET: Final = 10_000         # jobs pop_due returns per call, about (whole chunks)
 
 
 def _bucket(when: int, now: int) -> int:

@@ -23,7 +23,7 @@ obvious reply types (see ``encode``); ``Status``, ``Error``, ``Map``,
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -69,22 +69,6 @@ __all__ = [
 # ---------------------------------------------------------------------------
 # Reply encoder
 # ---------------------------------------------------------------------------
-
-# A short flat list of bytes ([queue, id, body]) is encoded by one %-format:
-#   canonical(r) == b"*3\r\n$%d\r\n%b\r\n$%d..." % (len(a0), a0, len(a1), ...)
-# Any element that is not bytes-like makes the format raise TypeError.
-def _make_canonical(n: int) -> Callable[[list], bytes]:
-    names = ", ".join(f"a{i}" for i in range(n))
-    values = ", ".join(f"len(a{i}), a{i}" for i in range(n))
-    src = f"def canonical(r, fmt=fmt, len=len):\n    {names}, = r\n    return fmt % ({values})\n"
-    namespace: dict[str, Any] = {"fmt": b"*%d\r\n" % n + b"$%d\r\n%b\r\n" * n}
-    exec(src, namespace)
-    return namespace["canonical"]
-
-
-_CANONICAL_MAX = 16
-_CANONICAL = {n: _make_canonical(n) for n in range(1, _CANONICAL_MAX + 1)}
-
 
 @mypyc_attr(native_class=False)   # mypyc: stays a Python class (a builtin's subclass)
 class Status(str):
@@ -162,8 +146,8 @@ ENCODED_ONE = b":1\r\n"
 ENCODED_NULL = {2: b"$-1\r\n", 3: b"_\r\n"}
 ENCODED_NULL_ARRAY = {2: b"*-1\r\n", 3: b"_\r\n"}
 
-_I64_MIN = -(1 << 63)
-_I64_LIMIT = 1 << 63
+_I64_MIN: Final = -(1 << 63)
+_I64_LIMIT: Final = 1 << 63
 
 
 def _line(text: str) -> bytes:
@@ -173,165 +157,167 @@ def _line(text: str) -> bytes:
     return text.encode()
 
 
-def _enc_bytes(v) -> bytes:
-    return b"$%d\r\n%b\r\n" % (len(v), v)
+# What a value is encoded as: its type's kind, found once per type (a subclass
+# takes the kind of its nearest listed base: an IntEnum is an int, a str
+# subclass a bulk string) and remembered in _KIND.
+K_BYTES: Final = 0
+K_STR: Final = 1
+K_INT: Final = 2
+K_BOOL: Final = 3
+K_FLOAT: Final = 4
+K_NONE: Final = 5
+K_ARRAY: Final = 6
+K_SET: Final = 7
+K_MAP: Final = 8
+K_STATUS: Final = 9
+K_ERROR: Final = 10
+K_VERBATIM: Final = 11
+K_PUSH: Final = 12
+K_RAW: Final = 13
+K_NULL_ARRAY: Final = 14
+K_MEMORYVIEW: Final = 15
+
+_KIND: dict[type, int] = {
+    bytes: K_BYTES, bytearray: K_BYTES, memoryview: K_MEMORYVIEW, str: K_STR,
+    int: K_INT, bool: K_BOOL, float: K_FLOAT, type(None): K_NONE,
+    list: K_ARRAY, tuple: K_ARRAY, set: K_SET, frozenset: K_SET, dict: K_MAP, Map: K_MAP,
+    Status: K_STATUS, Error: K_ERROR, ProtocolError: K_ERROR, Verbatim: K_VERBATIM,
+    Push: K_PUSH, Raw: K_RAW, _NullArray: K_NULL_ARRAY,
+}
+
+# "$<n>\r\n" for the lengths of short bulk strings (ids, queue names, small
+# bodies): a tuple index instead of a %-format per element.
+_BULK_HEADS: Final = tuple(b"$%d\r\n" % n for n in range(1024))
+_CRLF: Final = b"\r\n"
 
 
-def _enc_memoryview(v: memoryview) -> bytes:
-    return _enc_bytes(v.tobytes())
-
-
-def _enc_str(v: str) -> bytes:
-    b = v.encode()
-    return b"$%d\r\n%b\r\n" % (len(b), b)
-
-
-def _enc_status(v: str) -> bytes:
-    return b"+%b\r\n" % _line(v)
-
-
-def _enc_error(v) -> bytes:
-    return b"-%b\r\n" % _line(str(v))
-
-
-def _enc_raw(v: Raw) -> bytes:
-    return v.data
-
-
-def _build_encoder(proto: int) -> Callable[[Any], bytes]:
-    """Build the encoder function and its type table for one protocol version."""
-    resp3 = proto == 3
-    table: dict[type, Callable[[Any], bytes]] = {}
-
-    def resolve(t: type) -> Callable[[Any], bytes]:
-        # A subclass of a known type (IntEnum, a str subclass...): encode as
-        # its nearest registered base, and remember the answer.
+def _kind(t: type) -> int:
+    k = _KIND.get(t)
+    if k is None:
         for base in t.__mro__:
-            f = table.get(base)
-            if f is not None:
-                table[t] = f
-                return f
+            k = _KIND.get(base)
+            if k is not None:
+                _KIND[t] = k
+                return k
         raise TypeError(f"cannot encode a {t.__name__} as RESP")
+    return k
 
-    def enc(v) -> bytes:
-        f = table.get(type(v))
-        if f is None:
-            f = resolve(type(v))
-        return f(v)
 
-    def enc_seq(v, head: bytes = b"*") -> bytes:
-        # The common case, a list of bytes, avoids a function call per element.
-        return head + b"%d\r\n" % len(v) + b"".join([
-            b"$%d\r\n%b\r\n" % (len(x), x) if type(x) is bytes else enc(x) for x in v
-        ])
+def _bulk_into(out: list, v: bytes) -> None:
+    n = len(v)
+    out.append(_BULK_HEADS[n] if n < 1024 else b"$%d\r\n" % n)
+    out.append(v)
+    out.append(_CRLF)
 
-    def enc_list(v) -> bytes:
-        # Fastest case, a short flat list of bytes ([queue, id, body]): one
-        # %-format by the generated functions above. The
-        # first/last element test keeps mixed lists off this path most of the
-        # time; when it guesses wrong, the format raises TypeError.
-        n = len(v)
-        if 0 < n <= _CANONICAL_MAX:
-            first = v[0]
-            if type(first) is bytes and type(v[-1]) is bytes:
-                try:
-                    return _CANONICAL[n](v)
-                except TypeError:
-                    pass
-            elif n == 1 and type(first) is list:
-                # [[queue, id, body]], GETJOB's usual reply: skip enc_seq's
-                # generic per-element dispatch (half the cost of this reply).
-                return b"*1\r\n" + enc_list(first)
-        return enc_seq(v)
 
-    def enc_int(v: int) -> bytes:
-        if _I64_MIN <= v < _I64_LIMIT:
-            return b":%d\r\n" % v
-        # Outside 64 bits: what Redis's addReplyBigNum does.
-        if resp3:
-            return b"(%d\r\n" % v
-        return _enc_bytes(b"%d" % v)
-
-    def enc_map(v: dict) -> bytes:
-        if resp3:
-            head = b"%%%d\r\n" % len(v)
+def _array_into(out: list, v: Any, head: bytes, resp3: bool) -> None:
+    out.append(b"%b%d\r\n" % (head, len(v)))
+    for x in v:
+        if type(x) is bytes:        # the common element: no kind lookup, no call
+            n = len(x)
+            out.append(_BULK_HEADS[n] if n < 1024 else b"$%d\r\n" % n)
+            out.append(x)
+            out.append(_CRLF)
+        elif type(x) is list:       # GETJOB's [[queue, id, body], ...]
+            _array_into(out, x, b"*", resp3)
         else:
-            head = b"*%d\r\n" % (2 * len(v))
-        return head + b"".join([enc(k) + enc(x) for k, x in v.items()])
+            _into(out, x, resp3)
 
-    if resp3:
-        def enc_none(v) -> bytes:
-            return b"_\r\n"
 
-        enc_null_array = enc_none
+def _into(out: list, v: Any, resp3: bool) -> None:
+    """Append the RESP encoding of ``v`` to ``out`` (a list of bytes to join)."""
+    k = _kind(type(v))
+    if k == K_BYTES:
+        _bulk_into(out, bytes(v) if type(v) is not bytes else v)
+    elif k == K_ARRAY:
+        _array_into(out, v, b"*", resp3)
+    elif k == K_INT:
+        if _I64_MIN <= v < _I64_LIMIT:
+            out.append(b":%d\r\n" % v)
+        elif resp3:             # outside 64 bits: what Redis's addReplyBigNum does
+            out.append(b"(%d\r\n" % v)
+        else:
+            _bulk_into(out, b"%d" % v)
+    elif k == K_STATUS:
+        out.append(b"+%b\r\n" % _line(v))
+    elif k == K_ERROR:
+        out.append(b"-%b\r\n" % _line(str(v)))
+    elif k == K_NONE:
+        out.append(b"_\r\n" if resp3 else b"$-1\r\n")
+    elif k == K_NULL_ARRAY:
+        out.append(b"_\r\n" if resp3 else b"*-1\r\n")
+    elif k == K_STR:
+        _bulk_into(out, v.encode())
+    elif k == K_MAP:
+        out.append(b"%%%d\r\n" % len(v) if resp3 else b"*%d\r\n" % (2 * len(v)))
+        for key, x in v.items():
+            _into(out, key, resp3)
+            _into(out, x, resp3)
+    elif k == K_BOOL:
+        if resp3:
+            out.append(b"#t\r\n" if v else b"#f\r\n")
+        else:
+            out.append(b":1\r\n" if v else b":0\r\n")
+    elif k == K_FLOAT:
+        if resp3:
+            out.append(b",%b\r\n" % repr(v).encode())
+        else:
+            _bulk_into(out, repr(v).encode())
+    elif k == K_SET:
+        _array_into(out, v, b"~" if resp3 else b"*", resp3)
+    elif k == K_PUSH:
+        _array_into(out, v, b">" if resp3 else b"*", resp3)
+    elif k == K_VERBATIM:
+        b = v.encode()
+        if resp3:
+            out.append(b"=%d\r\ntxt:%b\r\n" % (len(b) + 4, b))
+        else:
+            _bulk_into(out, b)
+    elif k == K_RAW:
+        out.append(v.data)
+    else:                       # K_MEMORYVIEW
+        _bulk_into(out, v.tobytes())
 
-        def enc_bool(v: bool) -> bytes:
-            return b"#t\r\n" if v else b"#f\r\n"
 
-        def enc_float(v: float) -> bytes:
-            return b",%b\r\n" % repr(v).encode()
+_STATUS: Final = Status     # (mypyc: a static, not a module dict lookup)
 
-        def enc_verbatim(v: str) -> bytes:
-            b = v.encode()
-            return b"=%d\r\ntxt:%b\r\n" % (len(b) + 4, b)
 
-        def enc_push(v) -> bytes:
-            return enc_seq(v, b">")
-
-        def enc_set(v) -> bytes:
-            return enc_seq(v, b"~")
+def _encode(v: Any, resp3: bool) -> bytes:
+    t = type(v)
+    # The replies of the hot commands first: ADDJOB's id, a bulk string, an
+    # integer; the rest (GETJOB's [[queue, id, body]]...) into one list joined.
+    if t is _STATUS:
+        return b"+%b\r\n" % _line(v)
+    if t is bytes:
+        n = len(v)
+        return b"%b%b\r\n" % (_BULK_HEADS[n], v) if n < 1024 else b"$%d\r\n%b\r\n" % (n, v)
+    if t is int and _I64_MIN <= v < _I64_LIMIT:
+        return b":%d\r\n" % v
+    out: list = []
+    if t is list:
+        _array_into(out, v, b"*", resp3)
     else:
-        def enc_none(v) -> bytes:
-            return b"$-1\r\n"
-
-        def enc_null_array(v) -> bytes:
-            return b"*-1\r\n"
-
-        def enc_bool(v: bool) -> bytes:
-            return b":1\r\n" if v else b":0\r\n"
-
-        def enc_float(v: float) -> bytes:
-            return _enc_bytes(repr(v).encode())
-
-        enc_verbatim = _enc_str
-        enc_push = enc_seq
-        enc_set = enc_seq
-
-    table.update({
-        bytes: _enc_bytes,
-        bytearray: _enc_bytes,
-        memoryview: _enc_memoryview,
-        str: _enc_str,
-        int: enc_int,
-        bool: enc_bool,
-        float: enc_float,
-        type(None): enc_none,
-        list: enc_list,
-        tuple: enc_list,
-        set: enc_set,
-        frozenset: enc_set,
-        dict: enc_map,
-        Map: enc_map,
-        Status: _enc_status,
-        Error: _enc_error,
-        ProtocolError: _enc_error,
-        Verbatim: enc_verbatim,
-        Push: enc_push,
-        Raw: _enc_raw,
-        _NullArray: enc_null_array,
-    })
-    return enc
+        _into(out, v, resp3)
+    return b"".join(out)
 
 
-_ENCODERS = {2: _build_encoder(2), 3: _build_encoder(3)}
+def encode_resp2(value: Any) -> bytes:
+    """``encode(value, 2)``, as one function for a connection to keep."""
+    return _encode(value, False)
+
+
+def encode_resp3(value: Any) -> bytes:
+    """``encode(value, 3)``, as one function for a connection to keep."""
+    return _encode(value, True)
 
 
 def get_encoder(proto: int = 2) -> Callable[[Any], bytes]:
     """The encoder function for a protocol version (2 or 3), for a connection to keep."""
-    try:
-        return _ENCODERS[proto]
-    except KeyError:
-        raise ValueError(f"unsupported protocol version {proto!r}") from None
+    if proto == 2:
+        return encode_resp2
+    if proto == 3:
+        return encode_resp3
+    raise ValueError(f"unsupported protocol version {proto!r}")
 
 
 def encode(value: Any, proto: int = 2) -> bytes:
@@ -357,7 +343,9 @@ def encode(value: Any, proto: int = 2) -> bytes:
 
     A memoryview must have a byte format (``"B"``, ``"b"``, ``"c"``).
     """
-    return get_encoder(proto)(value)
+    if proto != 2 and proto != 3:
+        raise ValueError(f"unsupported protocol version {proto!r}")
+    return _encode(value, proto == 3)
 
 
 def encode_many(values, proto: int = 2) -> bytes:

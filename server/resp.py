@@ -13,22 +13,30 @@ wait is the Node's rule (``runs_while_adds_wait``, ``waits_for_copies``); what
 this shell keeps is the order of the bytes on the socket. The rules that need
 the socket are applied here: maxclients and protected-mode when a connection
 is accepted, client-output-buffer-limit on asyncio's flow control.
+
+This module is compiled with the core (setup.py, mypyc): ``ClientConnection``
+is then a native class, and its read -> parse -> dispatch -> encode -> write
+loop calls the reader, ``Node.handle_command`` and the encoder as C calls.
+So it is typed, and it is not a subclass of ``asyncio.Protocol`` (a native
+class cannot extend a Python class): asyncio and uvloop take any object with
+the protocol's methods.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import deque
+from typing import Any, Final
 
-from broker.node import BLOCKED
-from protocol.resp import Error, ProtocolError, Reader, encode, get_encoder
+from broker.client import Client
+from broker.node import BLOCKED, Node
+from protocol.resp import Error, ProtocolError, Reader, encode
 
 log = logging.getLogger("server.resp")
 
 # protected-mode: Redis' reply, word for word (networking.c), so that operators
 # and tools recognise it.
-DENIED = (
+DENIED: Final = (
     b"-DENIED Redis is running in protected mode because protected "
     b"mode is enabled and no password is set for the default user. "
     b"In this mode connections are only accepted from the loopback interface. "
@@ -51,10 +59,10 @@ DENIED = (
 
 
 # How long a refused client may keep its connection open after our reply.
-REFUSED_LINGER = 2.0
+REFUSED_LINGER: Final = 2.0
 
 
-def is_local(peer) -> bool:
+def is_local(peer: Any) -> bool:
     """Redis' connIsLocal: a 127.* or ::1 peer (or a Unix socket, no address);
     an IPv4 loopback seen through an IPv6 socket counts too."""
     if not isinstance(peer, tuple) or not peer:
@@ -63,29 +71,29 @@ def is_local(peer) -> bool:
     return ip.startswith(("127.", "::ffff:127.")) or ip == "::1"
 
 
-class ClientConnection(asyncio.Protocol):
-    """One client socket. Replies are written in batches, one write per read."""
+class ClientConnection:
+    """One client socket (an asyncio protocol). Replies are written in batches,
+    one write per read."""
 
-    __slots__ = ("server", "node", "driver", "transport", "client", "reader", "waiting",
-                 "closed", "overflow_check", "slots", "held")
-
-    def __init__(self, server) -> None:
-        self.server = server
-        self.node = server.node
-        self.driver = server.driver
-        self.transport = None
-        self.client = None
-        self.reader = None
+    def __init__(self, server: Any) -> None:
+        self.server: Any = server
+        self.node: Node = server.node
+        self.driver: Any = server.driver
+        self.transport: Any = None
+        # Set by connection_made (None only on a refused connection, which
+        # never reads).
+        self.client: Client = None  # type: ignore[assignment]
+        self.reader: Any = None
         self.waiting = False    # a command of ours is blocked: hold back the rest
         self.closed = False
-        self.overflow_check = None  # timer while over the output buffer soft limit
+        self.overflow_check: Any = None  # timer while over the output buffer soft limit
         # Replies behind sync ADDJOBs still waiting for their copies, in order:
         # encoded bytes, or None for an ADDJOB's reply still to come. Never
         # starts with bytes: a reply ready before the first None is written.
         self.slots: deque = deque()
-        self.held = None        # the command (or ProtocolError) read while slots waited
+        self.held: Any = None   # the command (or ProtocolError) read while slots waited
 
-    def connection_made(self, transport) -> None:
+    def connection_made(self, transport: Any) -> None:
         self.transport = transport
         node = self.node
         peer = transport.get_extra_info("peername")
@@ -98,9 +106,9 @@ class ClientConnection(asyncio.Protocol):
             self.refuse(DENIED)
             return
         sock_obj = transport.get_extra_info("socket")
-        self.client = node.new_client(_fmt_addr(peer), _fmt_addr(sock),
-                                      sock_obj.fileno() if sock_obj is not None else -1)
-        self.client.conn = self
+        client = self.client = node.new_client(
+            _fmt_addr(peer), _fmt_addr(sock), sock_obj.fileno() if sock_obj is not None else -1)
+        client.conn = self
         self.reader = Reader(max_bulk_len=cfg.proto_max_bulk_len,
                              max_query_buffer=cfg.client_query_buffer_limit)
         self.apply_output_limits()
@@ -182,19 +190,17 @@ class ClientConnection(asyncio.Protocol):
         """Run every complete buffered command until one blocks."""
         node = self.node
         client = self.client
-        gets = self.reader.gets
-        handle = node.handle_command
-        proto = client.proto
-        enc = get_encoder(proto)    # the connection's encoder: no protocol lookup per reply
-        out = []
+        reader = self.reader
+        out: list[bytes] = []
         slots = self.slots
+        argv: Any
         while True:
             argv = self.held
             if argv is not None:
                 self.held = None
             else:
                 try:
-                    argv = gets()
+                    argv = reader.gets()
                 except ProtocolError as e:
                     if slots:       # after the replies still to come
                         self.held = e
@@ -210,24 +216,22 @@ class ClientConnection(asyncio.Protocol):
                 self.held = argv    # runs once every waiting ADDJOB is answered
                 self.waiting = True
                 break
-            reply = handle(client, argv)
+            reply = node.handle_command(client, argv)
             if reply is BLOCKED:
                 if node.waits_for_copies(client):
                     slots.append(None)  # a sync ADDJOB: its reply comes later
                     continue
                 self.waiting = True
                 break
-            if client.proto != proto:  # HELLO switched protocol: this reply uses the new one
-                proto = client.proto
-                enc = get_encoder(proto)
+            # (client.proto read again: HELLO may have switched this reply's protocol)
             if client.closing:      # QUIT, CLIENT KILL, SHUTDOWN (no reply): stop here
                 if reply is not None:
-                    out.append(enc(reply))
+                    out.append(encode(reply, client.proto))
                 break
             if slots:
-                slots.append(enc(reply))
+                slots.append(encode(reply, client.proto))
             else:
-                out.append(enc(reply))
+                out.append(encode(reply, client.proto))
         if out:
             data = b"".join(out)    # one reply: join returns it as is
             node.stats["total_net_output_bytes"] += len(data)
@@ -240,7 +244,7 @@ class ClientConnection(asyncio.Protocol):
         else:
             client.last_interaction = node.clock()
 
-    def deliver(self, reply) -> None:
+    def deliver(self, reply: Any) -> None:
         """A reply produced later (unblocked GETJOB, sync ADDJOB, MONITOR line)."""
         if self.closed:
             return
@@ -250,7 +254,7 @@ class ClientConnection(asyncio.Protocol):
             # The oldest waiting ADDJOB's reply (the cluster answers them in
             # order), then every reply ready after it.
             slots.popleft()
-            ready = [data]
+            ready: list[bytes] = [data]
             while slots and slots[0] is not None:
                 ready.append(slots.popleft())
             data = b"".join(ready)
@@ -279,7 +283,7 @@ class ClientConnection(asyncio.Protocol):
         if not self.closed:
             self.transport.write(data)
 
-    def protocol_error(self, e: ProtocolError) -> None:
+    def protocol_error(self, e: Any) -> None:
         log.info("Protocol error from client %s: %s", self.client.addr, e)
         self.write(encode(Error(str(e)), 2))
         self.close()
@@ -292,14 +296,17 @@ class ClientConnection(asyncio.Protocol):
             self.transport.close()
             self.node.client_closed(self.client)
 
-    def connection_lost(self, exc) -> None:
+    def eof_received(self) -> bool | None:
+        return None             # (asyncio.Protocol's default: the transport closes itself)
+
+    def connection_lost(self, exc: Any) -> None:
         if not self.closed and self.client is not None:
             self.closed = True
             self.node.client_closed(self.client)
         self.driver.after_input()
 
 
-def _fmt_addr(addr) -> str:
+def _fmt_addr(addr: Any) -> str:
     if not addr:
         return ""
     if isinstance(addr, tuple):

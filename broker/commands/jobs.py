@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from broker import lifecycle
 from broker.commands.args import (
     MAX_SECONDS, SYNTAX_ERROR, parse_int, parse_job_ids, parse_timeout_ms,
@@ -18,11 +20,11 @@ from broker.node import Node
 from protocol.resp import Error, Status
 
 NOREPL_NODES = Error("NOREPL Not enough reachable nodes for the requested replication level")
-ERR_REPLICATE = "ERR REPLICATE must be between 1 and 65535"
-ERR_TTL = "ERR TTL must be a number > 0"
-ERR_RETRY = "ERR RETRY time must be a non negative number"
-ERR_DELAY = "ERR DELAY time must be a non negative number"
-ERR_MAXLEN = "ERR MAXLEN must be a positive number"
+ERR_REPLICATE: Final = "ERR REPLICATE must be between 1 and 65535"
+ERR_TTL: Final = "ERR TTL must be a number > 0"
+ERR_RETRY: Final = "ERR RETRY time must be a non negative number"
+ERR_DELAY: Final = "ERR DELAY time must be a non negative number"
+ERR_MAXLEN: Final = "ERR MAXLEN must be a positive number"
 
 
 @command("addjob", -4, F_DENYOOM | F_WRITE,
