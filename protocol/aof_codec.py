@@ -110,8 +110,6 @@ RECORD_NAMES = {REC_JOBS: "job batches", REC_JOB_ROWS: "job rows", REC_DEL: "del
                 REC_TIME: "time marks", REC_EXPIRED: "expirations",
                 REC_GOT: "deliveries (history)", REC_NACK: "nacks", REC_REQUEUE: "requeues",
                 REC_RELEASED: "releases"}
-ID_RECORDS = (REC_DEL, REC_ACK, REC_DELIVERED, REC_EXPIRED, REC_GOT, REC_NACK, REC_REQUEUE,
-              REC_RELEASED)
 HISTORY_ONLY = (REC_TIME, REC_GOT, REC_NACK, REC_REQUEUE)   # what a loader may skip
 
 MAGIC = b"\x89DSQAOF\n"

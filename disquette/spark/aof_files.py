@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from protocol.aof_codec import (
@@ -45,7 +45,6 @@ class FileRange:
     inode: int
     node: str | None
     time: int | None = None
-    damage: list[tuple[int, str]] = field(default_factory=list)
 
 
 def list_files(paths: list[str]) -> list[str]:
