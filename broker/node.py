@@ -148,7 +148,7 @@ class Node:
         self.cluster: Any = None            # cluster layer, see cluster/cluster.py
         self._ctime_ms = 0
         self._ctime_seq = 0
-        self._memo_time: dict = {}          # see shared_time
+        self._memo_time: dict[int, tuple[int, int]] = {}   # see shared_time
         self.next_cron = now + CRON_INTERVAL_MS
         self.cmdstats: dict[bytes, list] = {}
         self.slowlog: list = []
