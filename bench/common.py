@@ -34,6 +34,8 @@ from pathlib import Path
 
 import hiredis
 
+from disquette.testing import free_port as _free_port
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 BUS_PORT_OFFSET = 10000       # Disquette's cluster bus listens on port + 10000
@@ -47,33 +49,9 @@ DISQUE_ENV = "DISQUE_SERVER"
 # ports
 # ---------------------------------------------------------------------------
 
-_handed_out: set[int] = set()
-
-
-def _can_bind(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port() -> int:
-    """A loopback port free now, whose bus port (+10000) is free too; never the
-    same twice in one run (other engineers' nodes share this machine)."""
-    for _ in range(500):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((HOST, 0))
-            port = s.getsockname()[1]
-        if port in _handed_out or port + BUS_PORT_OFFSET > 65535:
-            continue
-        if not _can_bind(port + BUS_PORT_OFFSET):
-            continue
-        _handed_out.add(port)
-        return port
-    raise RuntimeError("no free port pair found")
+# A loopback port free now whose bus port (+10000) is free too, never the same
+# twice in one run: the SDK's test helper (disquette/testing.py) picks them.
+free_port = _free_port     # (used by every bench script)
 
 
 # ---------------------------------------------------------------------------
