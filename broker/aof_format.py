@@ -272,6 +272,11 @@ class Loader:
         if cols[4] != 0 and any(cols[4]):
             for j, v in zip(jobs, _column(cols[4], n)):
                 j.flags = v & _KEPT_FLAGS
+                if v & FLAG_HELD and j.state == ACTIVE:
+                    # (ext) Logged while its ADDJOB ... HOLD still waited for
+                    # copies (wait-repl): held, as its copies are.
+                    j.state = HELD
+                    has_held = True
         if cols[10] != 0 and any(cols[10]):
             for j, v in zip(jobs, _column(cols[10], n)):
                 j.nacks = v

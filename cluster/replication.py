@@ -32,6 +32,7 @@ if TYPE_CHECKING:       # annotations only: cluster/cluster.py imports this modu
     from cluster.cluster import Cluster
 
 WIDEN_EVERY_MS = 50
+ASYNC_WIDEN_MAX_MS = 1000
 NOREPL_TIMEOUT = Error("NOREPL Timeout reached before replicating to the requested "
                        "number of nodes")
 # Disque's words when a job waiting for its copies is deleted (TTL, DELJOB,
@@ -46,8 +47,8 @@ NOREPL_LEAVING = Error("NOREPL Not enough reachable nodes for the requested repl
 class PendingAdd:
     """An ADDJOB whose copies are not all confirmed yet."""
 
-    __slots__ = ("job", "client", "deadline", "is_async", "external", "next_widen", "reply",
-                 "followers")
+    __slots__ = ("job", "client", "deadline", "is_async", "external", "next_widen",
+                 "widen_every", "reply", "followers")
 
     def __init__(self, job: Job, client: Any, deadline: int, is_async: bool, external: bool,
                  next_widen: int) -> None:
@@ -57,6 +58,7 @@ class PendingAdd:
         self.is_async = is_async
         self.external = external        # no local copy
         self.next_widen = next_widen
+        self.widen_every = WIDEN_EVERY_MS   # doubles for ASYNC adds: see tick
         self.reply: Any = None          # set when it ends, until the client gets it
         self.followers: list[PendingAdd] = []   # (ext) retries of this add (IDEMPOTENCY key)
 
@@ -236,13 +238,16 @@ def tick(cluster: Cluster, now: int) -> None:
                 lifecycle.delete(broker, job)
             _answer(cluster, p, NOREPL_TIMEOUT)
             continue
-        if now >= p.next_widen and not p.is_async:
-            # Only a client waiting for its copies widens (Disque's
-            # clientsCronHandleDelayedJobReplication): an ASYNC add sends its
-            # REPLJOBs once, as Disque does. Re-sending them every 50 ms while
-            # the GOTJOBs queue behind a burst of ASYNC adds multiplied the
-            # bus traffic (4 REPLJOBs per job at -P 16).
-            p.next_widen = now + WIDEN_EVERY_MS
+        if now >= p.next_widen:
+            # A client waiting for its copies widens every 50 ms, as Disque's
+            # clientsCronHandleDelayedJobReplication does. An ASYNC add keeps
+            # replicating in the background (SPEC section 3) but backs off
+            # (50, 100, 200... up to 1 s): re-sending every 50 ms while the
+            # GOTJOBs queue behind a burst of ASYNC adds multiplied the bus
+            # traffic (4 REPLJOBs per job at -P 16).
+            p.next_widen = now + p.widen_every
+            if p.is_async:
+                p.widen_every = min(p.widen_every * 2, ASYNC_WIDEN_MAX_MS)
             delivered = _nodes(job.nodes_delivered)
             spare = sorted(set(cluster.m.reachable_ids()) - delivered)
             if spare:

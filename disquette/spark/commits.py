@@ -39,7 +39,7 @@ from typing import Any, Iterable
 
 from disquette import Client, DisqueError, ReplyError
 
-from .options import DEFAULT_TTL, WriteOptions
+from .options import WriteOptions
 from .writes import DisqueWriteError, delete_jobs, release_jobs
 
 log = logging.getLogger("disquette.spark")
@@ -207,7 +207,8 @@ def recorded(client: Client, key: CommitKey) -> bool:
 # -- writing records ------------------------------------------------------------
 
 def _record_options(opts: WriteOptions) -> dict[str, Any]:
-    ttl = max(RECORD_TTL, int(opts.defaults.get("ttl", DEFAULT_TTL)))
+    # (no ttl option: the broker's default, a day, is below RECORD_TTL)
+    ttl = max(RECORD_TTL, int(opts.defaults.get("ttl") or 0))
     return {"replicate": opts.defaults.get("replicate"), "retry": RECORD_RETRY, "ttl": ttl,
             "timeout_ms": opts.timeout_ms}
 
