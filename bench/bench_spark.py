@@ -136,8 +136,10 @@ def main() -> None:
             wanted |= {rows[label][1] for label in wanted} - {None}
         rows = {label: row for label, row in rows.items() if label in wanted}
 
-    # warm up the Python workers once
+    # warm up the Python workers once, the data source's driver side too
     small.limit(100).foreachPartition(partition_writer(addrs, "warm"))
+    (small.limit(100).write.format("disquette").option("nodes", addrs).option("queue", "warm")
+     .mode("append").save())
     flush(nodes)
     loop = args.loop_rows / timed(lambda: small.foreachPartition(loop_writer(addrs)))
     flush(nodes)
