@@ -36,7 +36,8 @@ from .rows import RowMapper
 
 log = logging.getLogger("disquette.spark")
 
-RELEASE_CHUNK = 10000    # ENQUEUEs per pipelined round trip
+RELEASE_IDS = 1000       # job ids per ENQUEUE
+RELEASE_COMMANDS = 10    # ENQUEUEs per pipelined round trip
 DELETE_CHUNK = 1000      # ids per FASTACK
 
 
@@ -164,17 +165,21 @@ def _by_creator(client: Client, ids: Iterable[str]) -> dict[str, list[str]]:
 
 
 def _release_on(client: Client, node: str, ids: list[str]) -> list[str]:
-    """ENQUEUE each id on ``node``; return the ids it did not know.  ENQUEUE
-    answers 0 for an unknown job and for one released already (a commit run
-    again): SHOW tells them apart, for those few only."""
+    """ENQUEUE the ids on ``node``, RELEASE_IDS per command, the commands
+    pipelined; return the ids it did not know.  ENQUEUE counts the jobs it
+    queued: one whose count falls short holds an unknown job or one released
+    already (a commit run again): SHOW tells them apart, for that command's
+    ids only.  (Many ids per ENQUEUE: a node parses one command, not one per
+    job, and the driver reads one reply.)"""
     missing = []
-    for start in range(0, len(ids), RELEASE_CHUNK):
-        part = ids[start:start + RELEASE_CHUNK]
-        replies = client.execute_many([("ENQUEUE", jid) for jid in part], node=node)
+    parts = [ids[start:start + RELEASE_IDS] for start in range(0, len(ids), RELEASE_IDS)]
+    for first in range(0, len(parts), RELEASE_COMMANDS):
+        batch = parts[first:first + RELEASE_COMMANDS]
+        replies = client.execute_many([("ENQUEUE", *part) for part in batch], node=node)
         for reply in replies:
             if isinstance(reply, ReplyError):
                 raise reply
-        unsure = [jid for jid, n in zip(part, replies) if n != 1]
+        unsure = [jid for part, n in zip(batch, replies) if n != len(part) for jid in part]
         if unsure:
             shown = client.execute_many([("SHOW", jid) for jid in unsure], node=node)
             for jid, s in zip(unsure, shown):
