@@ -13,7 +13,6 @@ from disquette import Client
 # ADDJOB options a row may set in a column of the same name (or the writer
 # as a default, through an option of the same name).
 ROW_OPTIONS = ("delay", "retry", "ttl", "replicate")
-DEFAULT_TTL = 86400          # the broker's default, spelled out: commit records need it
 DEFAULT_BATCH = 1000
 # One connection per task by default; a node answers one connection's
 # synchronously replicated ADDJOBs one at a time (each waits for its copies),
