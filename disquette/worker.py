@@ -8,10 +8,12 @@ How a job goes through it:
 * The fetch loop asks for at most as many jobs as there are free slots, plus
   ``prefetch`` (default 0) held in memory until a slot frees
   (``GETJOB COUNT n WITHCOUNTERS``, blocking ``poll_ms`` at a time).
-* ``async def`` handlers run as tasks (a handler that finishes without
-  waiting on anything runs at once, without one); ``def`` handlers in a
-  thread pool of ``concurrency`` threads.  Success: the job is acked (acks
-  are batched, one ACKJOB per node per loop turn).
+* ``async def`` handlers run concurrently, each in a Task and a context of
+  its own from its first ``await`` on; the jobs of one GETJOB start one after
+  the other in one Task, so handlers that finish without waiting (and the
+  start of the others, up to their first wait) cost no Task each.  ``def``
+  handlers run in a thread pool of ``concurrency`` threads.  Success: the
+  job is acked (acks are batched, one ACKJOB per node per loop turn).
 * While a handler runs, the worker sends WORKING ``working_after`` seconds
   after it started and then every half RETRY, so a long job is not
   re-delivered.  When WORKING answers TOOLATE or NOJOB the job is no longer
@@ -65,8 +67,8 @@ from .poison import PoisonPolicy, Verdict
 
 log = logging.getLogger("disquette.worker")
 
-# Python 3.12+ starts a Task at once (a handler that never waits then costs
-# no turn of the event loop); 3.11 schedules it.
+# Python 3.12+ starts a Task at once (a batch of handlers that never wait
+# then costs no turn of the event loop); 3.11 schedules it.
 _EAGER_TASKS = sys.version_info >= (3, 12)
 KEEPALIVE_TICK = 0.1   # seconds between looks at the running jobs
 ACK_RETRY_DELAY = 0.5  # seconds before acks that failed are sent again
@@ -129,7 +131,7 @@ class _Running:
 
     def __init__(self, job: Job, started: float, first_touch: float) -> None:
         self.job = job
-        self.task: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[None] | None = None  # its batch's, once started
         self.started = started
         self.next_touch = started + first_touch
         self.touching = False
@@ -139,35 +141,35 @@ class _Running:
         self.span: Any = None    # the deliver span, with tracing
 
 
-class _Guard:
-    """Awaits an async handler's coroutine; when the Task is cancelled
-    because the lease was lost, the handler gets LeaseLost at its current
-    ``await`` instead of a plain CancelledError."""
+class _Resume:
+    """Awaits a job's ``_process`` from its first wait on, in the Task that ran
+    its first step (``_run_batch``), each step in the job's own context.  When
+    that Task is cancelled because the lease was lost, the handler gets
+    LeaseLost at its current ``await`` instead of a plain CancelledError."""
 
-    __slots__ = ("coro", "job")
+    __slots__ = ("coro", "job", "waiting", "context")
 
-    def __init__(self, coro: Any, job: Job) -> None:
-        self.coro, self.job = coro, job
+    def __init__(self, coro: Any, job: Job, waiting: Any,
+                 context: contextvars.Context) -> None:
+        self.coro, self.job, self.waiting, self.context = coro, job, waiting, context
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        coro, job = self.coro, self.job
-        sent: Any = None
-        thrown: BaseException | None = None
+        coro, job, pending, run = self.coro, self.job, self.waiting, self.context.run
         while True:
-            try:
-                pending = coro.send(sent) if thrown is None else coro.throw(thrown)
-            except StopIteration as done:
-                return done.value
             try:
                 sent, thrown = (yield pending), None
             except GeneratorExit:
-                coro.close()
+                run(coro.close)
                 raise
             except BaseException as e:  # the Task's cancellation, mostly
                 sent, thrown = None, e
                 if (job.lease_lost and isinstance(e, asyncio.CancelledError)
                         and not isinstance(e, LeaseLost)):
                     thrown = LeaseLost(job.id, "WORKING refused")
+            try:
+                pending = run(coro.send, sent) if thrown is None else run(coro.throw, thrown)
+            except StopIteration as done:
+                return done.value
 
 
 class Worker:
@@ -249,6 +251,7 @@ class Worker:
         self._buffer: deque[Job] = deque()
         self._starting = False
         self._tracer: Any = None
+        self._plain = False
 
     # -- public
     @property
@@ -333,6 +336,9 @@ class Worker:
         self._executor = None if self._async_handler else ThreadPoolExecutor(
             self.concurrency, thread_name_prefix="disquette-worker")
         self._tracer = tracing.tracer_for(self.tracing)
+        # An async handler, no spans, no gauges: a job's start and end skip
+        # their checks (the hot path, per job).
+        self._plain = self._async_handler and self._tracer is None and not self.metrics
         self._ack_links: dict[str, Any] = {}  # job id -> its deliver span's context
         self._slot_free = asyncio.Event()
         self._acks: dict[str, list[str]] = {}
@@ -342,6 +348,8 @@ class Worker:
         self._reserved = 0  # slots promised to the GETJOBs in flight
         self._force_event = asyncio.Event()
         self._side_tasks: set[asyncio.Task[Any]] = set()
+        self._batches: set[asyncio.Task[None]] = set()  # _run_batch Tasks, unfinished
+        self._context = contextvars.copy_context()
         acker = asyncio.create_task(self._ack_loop())
         keeper = asyncio.create_task(self._keepalive_loop())
         log.info("worker started: queues %s, concurrency %d, node %s", self.queues,
@@ -398,12 +406,15 @@ class Worker:
                 self._slot_free.clear()  # something runs: look again when it ends
                 await self._slot_free.wait()
                 continue
-            now = time.monotonic()
+            now = time.monotonic()  # one clock read for the batch
+            runs: deque[_Running] = deque()
             for job in jobs:
                 if len(self._inflight) < self.concurrency:
-                    self._start(job, now)
+                    runs.append(self._admit(job, now))
                 else:
                     self._buffer.append(job)
+            if runs:
+                self._spawn_batch(runs)
             await asyncio.sleep(0)  # let finished handlers free their slots together
 
     async def _fetch(self, free: int) -> list[Job]:
@@ -435,19 +446,58 @@ class Worker:
         except asyncio.TimeoutError:
             pass
 
-    def _start(self, job: Job, now: float) -> None:
+    def _admit(self, job: Job, now: float) -> _Running:
+        """A job given a slot: in flight from now on (its Task is _run_batch's)."""
         run = _Running(job, now, self.working_after)
         self._inflight[job.id] = run
-        if not self._async_handler:
-            job._client = self._bridge
-        if self._tracer is not None:
-            run.span = tracing.start_deliver(self._tracer, job)
-        if self.metrics:
-            self.metrics.in_flight.inc()
-        if _EAGER_TASKS:  # runs at once, as the current task, until it first waits
-            run.task = asyncio.Task(self._process(run), loop=self._loop, eager_start=True)
+        if not self._plain:
+            if not self._async_handler:
+                job._client = self._bridge
+            if self._tracer is not None:
+                run.span = tracing.start_deliver(self._tracer, job)
+            if self.metrics:
+                self.metrics.in_flight.inc()
+        return run
+
+    def _spawn_batch(self, runs: deque[_Running]) -> None:
+        """A Task that starts ``runs`` (see _run_batch), in a copy of the
+        context serve() started in (not of a finished job's)."""
+        coro = self._run_batch(runs)
+        if _EAGER_TASKS:  # runs at once, until its first wait
+            task = asyncio.Task(coro, loop=self._loop, context=self._context.copy(),
+                                eager_start=True)
         else:
-            run.task = self._loop.create_task(self._process(run))
+            task = self._loop.create_task(coro, context=self._context.copy())
+        if not task.done():
+            self._batches.add(task)
+            task.add_done_callback(self._batches.discard)
+
+    async def _run_batch(self, runs: deque[_Running]) -> None:
+        """Starts jobs one after the other in this Task, each in a context of
+        its own (a copy of this Task's, as its own Task would have).  A job
+        that never waits (a no-op handler) runs through here entirely; the
+        first job that waits keeps this Task as its own until it ends, and the
+        jobs after it go on in a new one: a Task is never shared by handlers
+        running at the same time, and a batch of handlers that do not wait
+        costs one Task instead of one each."""
+        task = asyncio.current_task()
+        while runs:
+            run = runs.popleft()
+            run.task = task
+            context = contextvars.copy_context()
+            coro = self._process(run)
+            try:
+                waiting = context.run(coro.send, None)
+            except StopIteration:
+                continue
+            except BaseException:  # a CancelledError of its own, mostly
+                if runs:
+                    self._spawn_batch(runs)
+                raise
+            if runs:
+                self._spawn_batch(runs)
+            await _Resume(coro, run.job, waiting, context)
+            return
 
     def _start_buffered(self) -> None:
         """Start prefetched jobs while slots are free (a loop, not recursion:
@@ -457,9 +507,12 @@ class Worker:
         self._starting = True
         try:
             now = time.monotonic()
+            runs: deque[_Running] = deque()
             while (self._buffer and not self._stopping
                    and len(self._inflight) < self.concurrency):
-                self._start(self._buffer.popleft(), now)
+                runs.append(self._admit(self._buffer.popleft(), now))
+            if runs:
+                self._spawn_batch(runs)
         finally:
             self._starting = False
 
@@ -483,7 +536,7 @@ class Worker:
                 elif self._async_handler:  # _handle, inline: the no-op path is hot
                     run.handling = True
                     try:
-                        await _Guard(self.handler(job), job)
+                        await self.handler(job)
                     finally:
                         run.handling = False
                 else:
@@ -518,17 +571,18 @@ class Worker:
             if self._buffer:
                 self._start_buffered()
             self._slot_free.set()
-            if self.metrics:
-                self.metrics.in_flight.dec()
-            if run.span is not None:
-                tracing.end_deliver(run.span, outcome)
+            if not self._plain:
+                if self.metrics:
+                    self.metrics.in_flight.dec()
+                if run.span is not None:
+                    tracing.end_deliver(run.span, outcome)
 
     async def _handle(self, run: _Running) -> None:
         job = run.job
         run.handling = True  # a lost lease cancels the Task only in here
         try:
             if self._async_handler:
-                await _Guard(self.handler(job), job)
+                await self.handler(job)
             else:
                 await self._loop.run_in_executor(self._executor, self.handler, job)
         finally:
@@ -749,15 +803,20 @@ class Worker:
 
     async def _drain(self) -> None:
         """Let the jobs in flight finish for up to grace_period; NACK the rest."""
-        running = [r for r in self._inflight.values() if r.task is not None]
-        if running:
+        if self._inflight:
             log.info("stopping: waiting up to %.1f s for %d jobs", self.grace_period,
-                     len(running))
-            await asyncio.wait([r.task for r in running], timeout=self.grace_period)
-        late = [r for r in self._inflight.values() if r.task is not None]
+                     len(self._inflight))
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.grace_period
+            # Again while time is left: a batch's Task hands the jobs after one
+            # that waits to a new Task.
+            while self._batches and (left := deadline - loop.time()) > 0:
+                await asyncio.wait(set(self._batches), timeout=left)
+        late = list(self._inflight.values())
         for run in late:
             run.abandoned = True
-            run.task.cancel()
+        for task in list(self._batches):
+            task.cancel()
         unfinished = [r.job for r in late if not r.job.lease_lost]
         if unfinished:
             log.warning("grace period over: handing back %d unfinished jobs", len(unfinished))
@@ -777,8 +836,7 @@ class Worker:
         self._ack_wakeup.set()
         if not self._forced:
             await asyncio.wait([acker], timeout=SHUTDOWN_WAIT)
-        tasks = [acker, keeper, *self._side_tasks,
-                 *(r.task for r in self._inflight.values() if r.task is not None)]
+        tasks = [acker, keeper, *self._side_tasks, *self._batches]
         for t in tasks:
             t.cancel()
         # Bounded: a task cancelled inside a redis-py call may not notice.
