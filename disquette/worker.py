@@ -406,15 +406,12 @@ class Worker:
                 self._slot_free.clear()  # something runs: look again when it ends
                 await self._slot_free.wait()
                 continue
-            now = time.monotonic()  # one clock read for the batch
-            runs: deque[_Running] = deque()
-            for job in jobs:
-                if len(self._inflight) < self.concurrency:
-                    runs.append(self._admit(job, now))
-                else:
-                    self._buffer.append(job)
-            if runs:
-                self._spawn_batch(runs)
+            free = max(0, self.concurrency - len(self._inflight))
+            if free:
+                now = time.monotonic()  # one clock read for the batch
+                admit = self._admit
+                self._spawn_batch(deque([admit(job, now) for job in jobs[:free]]))
+            self._buffer.extend(jobs[free:])
             await asyncio.sleep(0)  # let finished handlers free their slots together
 
     async def _fetch(self, free: int) -> list[Job]:
@@ -424,6 +421,8 @@ class Worker:
         get = getjob_request(tuple(self.queues), free, self.poll_ms, self._until_empty, True)
         node = client.node
         ids = self._acks.pop(node, None)
+        if self._acks:  # for other nodes (the client moved): the ack loop's
+            self._ack_wakeup.set()
         if not ids:
             return await client._run(get)
         command = "FASTACK" if self.fast_ack else "ACKJOB"
@@ -479,25 +478,37 @@ class Worker:
         first job that waits keeps this Task as its own until it ends, and the
         jobs after it go on in a new one: a Task is never shared by handlers
         running at the same time, and a batch of handlers that do not wait
-        costs one Task instead of one each."""
-        task = asyncio.current_task()
-        while runs:
-            run = runs.popleft()
-            run.task = task
-            context = contextvars.copy_context()
-            coro = self._process(run)
-            try:
-                waiting = context.run(coro.send, None)
-            except StopIteration:
-                continue
-            except BaseException:  # a CancelledError of its own, mostly
+        costs one Task instead of one each (and one _succeeded)."""
+        succeeded: list[_Running] = []
+        try:
+            while runs:
+                run = runs.popleft()
+                context = contextvars.copy_context()
+                coro = self._process(run)
+                try:
+                    waiting = context.run(coro.send, None)
+                except StopIteration as end:
+                    if end.value:
+                        succeeded.append(run)
+                    continue
+                except BaseException:  # a CancelledError of its own, mostly
+                    if runs:
+                        self._spawn_batch(runs)
+                    raise
                 if runs:
                     self._spawn_batch(runs)
-                raise
-            if runs:
-                self._spawn_batch(runs)
-            await _Resume(coro, run.job, waiting, context)
-            return
+                if succeeded:
+                    self._succeeded(succeeded)
+                    succeeded = []
+                self._slot_free.set()  # for the jobs that ended here
+                run.task = asyncio.current_task()  # its own from now on
+                if await _Resume(coro, run.job, waiting, context):
+                    self._succeeded([run])
+                return
+        finally:
+            if succeeded:
+                self._succeeded(succeeded)
+            self._slot_free.set()  # once for the batch, not once a job
 
     def _start_buffered(self) -> None:
         """Start prefetched jobs while slots are free (a loop, not recursion:
@@ -517,7 +528,9 @@ class Worker:
             self._starting = False
 
     # -- one job
-    async def _process(self, run: _Running) -> None:
+    async def _process(self, run: _Running) -> bool:
+        """Handles a job to its end but for the ack of a success: True then
+        (_run_batch acks the jobs of a batch that succeeded together)."""
         job = run.job
         error: BaseException | None = None
         outcome = "ok"
@@ -527,7 +540,7 @@ class Worker:
                 if verdict is not None:
                     outcome = await self._dead_letter(run, RuntimeError(verdict.message),
                                                       None, verdict)
-                    return
+                    return False
             if self.before_job is not None:
                 await _call_hook(self.before_job, job)
             try:
@@ -558,19 +571,13 @@ class Worker:
                     outcome = self._lease_lost(job)
                 elif run.abandoned:
                     outcome = "handed_back"
-                else:
-                    self._ack(job, run)
-                    if self.metrics is None:  # _finished, inline: the hot path
-                        self.stats["ok"] += 1
-                    else:
-                        self._finished(job, "ok", run)
             if self.after_job is not None:
                 await _call_hook(self.after_job, job, error)
+            return outcome == "ok"
         finally:
-            del self._inflight[job.id]
+            del self._inflight[job.id]  # its slot: _run_batch sets _slot_free
             if self._buffer:
                 self._start_buffered()
-            self._slot_free.set()
             if not self._plain:
                 if self.metrics:
                     self.metrics.in_flight.dec()
@@ -683,10 +690,29 @@ class Worker:
         await self._return_jobs(jobs)
 
     # -- acks
+    def _succeeded(self, runs: list[_Running]) -> None:
+        """Jobs whose handler succeeded: acked (see _ack) and counted ok."""
+        if not self._plain:  # spans to link, durations to observe
+            for run in runs:
+                self._ack(run.job, run)
+                self._finished(run.job, "ok", run)
+            return
+        node, ids = None, []
+        for run in runs:
+            job = run.job
+            if job.node != node:  # a batch's jobs come from one node, mostly
+                node = job.node
+                ids = self._acks.setdefault(job.node, [])
+            ids.append(job.id)
+        if self._fetching == self.fetchers or self._stopping:
+            self._ack_wakeup.set()
+        self.stats["ok"] += len(runs)
+
     def _ack(self, job: Job, run: _Running) -> None:
-        """Acks wait for the next GETJOB to the same node, which carries them
-        (no round trip of their own); the ack loop sends them when no GETJOB
-        is coming soon: every fetch loop is in one, or they are for another node."""
+        """Acks wait for the next GETJOB, which carries those for its node (no
+        round trip of their own) and hands the others to the ack loop; the ack
+        loop sends them at once when no GETJOB is coming soon (every fetch
+        loop is in one).  Per job: no more than appending the id."""
         waiting = self._acks.get(job.node)
         if waiting is None:
             self._acks[job.node] = [job.id]
@@ -694,8 +720,7 @@ class Worker:
             waiting.append(job.id)
         if run.span is not None:
             self._ack_links[job.id] = run.span.get_span_context()
-        if (self._fetching == self.fetchers or self._stopping
-                or job.node != self._aclient.node):
+        if self._fetching == self.fetchers or self._stopping:
             self._ack_wakeup.set()
 
     def _ack_span(self, command: str, ids: list[str]) -> Any:
