@@ -407,7 +407,7 @@ class Worker:
                 await self._slot_free.wait()
                 continue
             free = max(0, self.concurrency - len(self._inflight))
-            if free:
+            if free and jobs:
                 now = time.monotonic()  # one clock read for the batch
                 admit = self._admit
                 self._spawn_batch(deque([admit(job, now) for job in jobs[:free]]))
