@@ -8,10 +8,12 @@ How a job goes through it:
 * The fetch loop asks for at most as many jobs as there are free slots, plus
   ``prefetch`` (default 0) held in memory until a slot frees
   (``GETJOB COUNT n WITHCOUNTERS``, blocking ``poll_ms`` at a time).
-* ``async def`` handlers run as tasks (a handler that finishes without
-  waiting on anything runs at once, without one); ``def`` handlers in a
-  thread pool of ``concurrency`` threads.  Success: the job is acked (acks
-  are batched, one ACKJOB per node per loop turn).
+* ``async def`` handlers run concurrently, each in a Task and a context of
+  its own from its first ``await`` on; the jobs of one GETJOB start one after
+  the other in one Task, so handlers that finish without waiting (and the
+  start of the others, up to their first wait) cost no Task each.  ``def``
+  handlers run in a thread pool of ``concurrency`` threads.  Success: the
+  job is acked (acks are batched, one ACKJOB per node per loop turn).
 * While a handler runs, the worker sends WORKING ``working_after`` seconds
   after it started and then every half RETRY, so a long job is not
   re-delivered.  When WORKING answers TOOLATE or NOJOB the job is no longer
@@ -65,8 +67,8 @@ from .poison import PoisonPolicy, Verdict
 
 log = logging.getLogger("disquette.worker")
 
-# Python 3.12+ starts a Task at once (a handler that never waits then costs
-# no turn of the event loop); 3.11 schedules it.
+# Python 3.12+ starts a Task at once (a batch of handlers that never wait
+# then costs no turn of the event loop); 3.11 schedules it.
 _EAGER_TASKS = sys.version_info >= (3, 12)
 KEEPALIVE_TICK = 0.1   # seconds between looks at the running jobs
 ACK_RETRY_DELAY = 0.5  # seconds before acks that failed are sent again
@@ -129,7 +131,7 @@ class _Running:
 
     def __init__(self, job: Job, started: float, first_touch: float) -> None:
         self.job = job
-        self.task: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[None] | None = None  # its batch's, once started
         self.started = started
         self.next_touch = started + first_touch
         self.touching = False
@@ -139,35 +141,35 @@ class _Running:
         self.span: Any = None    # the deliver span, with tracing
 
 
-class _Guard:
-    """Awaits an async handler's coroutine; when the Task is cancelled
-    because the lease was lost, the handler gets LeaseLost at its current
-    ``await`` instead of a plain CancelledError."""
+class _Resume:
+    """Awaits a job's ``_process`` from its first wait on, in the Task that ran
+    its first step (``_run_batch``), each step in the job's own context.  When
+    that Task is cancelled because the lease was lost, the handler gets
+    LeaseLost at its current ``await`` instead of a plain CancelledError."""
 
-    __slots__ = ("coro", "job")
+    __slots__ = ("coro", "job", "waiting", "context")
 
-    def __init__(self, coro: Any, job: Job) -> None:
-        self.coro, self.job = coro, job
+    def __init__(self, coro: Any, job: Job, waiting: Any,
+                 context: contextvars.Context) -> None:
+        self.coro, self.job, self.waiting, self.context = coro, job, waiting, context
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        coro, job = self.coro, self.job
-        sent: Any = None
-        thrown: BaseException | None = None
+        coro, job, pending, run = self.coro, self.job, self.waiting, self.context.run
         while True:
-            try:
-                pending = coro.send(sent) if thrown is None else coro.throw(thrown)
-            except StopIteration as done:
-                return done.value
             try:
                 sent, thrown = (yield pending), None
             except GeneratorExit:
-                coro.close()
+                run(coro.close)
                 raise
             except BaseException as e:  # the Task's cancellation, mostly
                 sent, thrown = None, e
                 if (job.lease_lost and isinstance(e, asyncio.CancelledError)
                         and not isinstance(e, LeaseLost)):
                     thrown = LeaseLost(job.id, "WORKING refused")
+            try:
+                pending = run(coro.send, sent) if thrown is None else run(coro.throw, thrown)
+            except StopIteration as done:
+                return done.value
 
 
 class Worker:
@@ -249,6 +251,7 @@ class Worker:
         self._buffer: deque[Job] = deque()
         self._starting = False
         self._tracer: Any = None
+        self._plain = False
 
     # -- public
     @property
@@ -333,6 +336,9 @@ class Worker:
         self._executor = None if self._async_handler else ThreadPoolExecutor(
             self.concurrency, thread_name_prefix="disquette-worker")
         self._tracer = tracing.tracer_for(self.tracing)
+        # An async handler, no spans, no gauges: a job's start and end skip
+        # their checks (the hot path, per job).
+        self._plain = self._async_handler and self._tracer is None and not self.metrics
         self._ack_links: dict[str, Any] = {}  # job id -> its deliver span's context
         self._slot_free = asyncio.Event()
         self._acks: dict[str, list[str]] = {}
@@ -342,6 +348,8 @@ class Worker:
         self._reserved = 0  # slots promised to the GETJOBs in flight
         self._force_event = asyncio.Event()
         self._side_tasks: set[asyncio.Task[Any]] = set()
+        self._batches: set[asyncio.Task[None]] = set()  # _run_batch Tasks, unfinished
+        self._context = contextvars.copy_context()
         acker = asyncio.create_task(self._ack_loop())
         keeper = asyncio.create_task(self._keepalive_loop())
         log.info("worker started: queues %s, concurrency %d, node %s", self.queues,
@@ -398,12 +406,12 @@ class Worker:
                 self._slot_free.clear()  # something runs: look again when it ends
                 await self._slot_free.wait()
                 continue
-            now = time.monotonic()
-            for job in jobs:
-                if len(self._inflight) < self.concurrency:
-                    self._start(job, now)
-                else:
-                    self._buffer.append(job)
+            free = max(0, self.concurrency - len(self._inflight))
+            if free and jobs:
+                now = time.monotonic()  # one clock read for the batch
+                admit = self._admit
+                self._spawn_batch(deque([admit(job, now) for job in jobs[:free]]))
+            self._buffer.extend(jobs[free:])
             await asyncio.sleep(0)  # let finished handlers free their slots together
 
     async def _fetch(self, free: int) -> list[Job]:
@@ -413,6 +421,8 @@ class Worker:
         get = getjob_request(tuple(self.queues), free, self.poll_ms, self._until_empty, True)
         node = client.node
         ids = self._acks.pop(node, None)
+        if self._acks:  # for other nodes (the client moved): the ack loop's
+            self._ack_wakeup.set()
         if not ids:
             return await client._run(get)
         command = "FASTACK" if self.fast_ack else "ACKJOB"
@@ -435,19 +445,70 @@ class Worker:
         except asyncio.TimeoutError:
             pass
 
-    def _start(self, job: Job, now: float) -> None:
+    def _admit(self, job: Job, now: float) -> _Running:
+        """A job given a slot: in flight from now on (its Task is _run_batch's)."""
         run = _Running(job, now, self.working_after)
         self._inflight[job.id] = run
-        if not self._async_handler:
-            job._client = self._bridge
-        if self._tracer is not None:
-            run.span = tracing.start_deliver(self._tracer, job)
-        if self.metrics:
-            self.metrics.in_flight.inc()
-        if _EAGER_TASKS:  # runs at once, as the current task, until it first waits
-            run.task = asyncio.Task(self._process(run), loop=self._loop, eager_start=True)
+        if not self._plain:
+            if not self._async_handler:
+                job._client = self._bridge
+            if self._tracer is not None:
+                run.span = tracing.start_deliver(self._tracer, job)
+            if self.metrics:
+                self.metrics.in_flight.inc()
+        return run
+
+    def _spawn_batch(self, runs: deque[_Running]) -> None:
+        """A Task that starts ``runs`` (see _run_batch), in a copy of the
+        context serve() started in (not of a finished job's)."""
+        coro = self._run_batch(runs)
+        if _EAGER_TASKS:  # runs at once, until its first wait
+            task = asyncio.Task(coro, loop=self._loop, context=self._context.copy(),
+                                eager_start=True)
         else:
-            run.task = self._loop.create_task(self._process(run))
+            task = self._loop.create_task(coro, context=self._context.copy())
+        if not task.done():
+            self._batches.add(task)
+            task.add_done_callback(self._batches.discard)
+
+    async def _run_batch(self, runs: deque[_Running]) -> None:
+        """Starts jobs one after the other in this Task, each in a context of
+        its own (a copy of this Task's, as its own Task would have).  A job
+        that never waits (a no-op handler) runs through here entirely; the
+        first job that waits keeps this Task as its own until it ends, and the
+        jobs after it go on in a new one: a Task is never shared by handlers
+        running at the same time, and a batch of handlers that do not wait
+        costs one Task instead of one each (and one _succeeded)."""
+        succeeded: list[_Running] = []
+        try:
+            while runs:
+                run = runs.popleft()
+                context = contextvars.copy_context()
+                coro = self._process(run)
+                try:
+                    waiting = context.run(coro.send, None)
+                except StopIteration as end:
+                    if end.value:
+                        succeeded.append(run)
+                    continue
+                except BaseException:  # a CancelledError of its own, mostly
+                    if runs:
+                        self._spawn_batch(runs)
+                    raise
+                if runs:
+                    self._spawn_batch(runs)
+                if succeeded:
+                    self._succeeded(succeeded)
+                    succeeded = []
+                self._slot_free.set()  # for the jobs that ended here
+                run.task = asyncio.current_task()  # its own from now on
+                if await _Resume(coro, run.job, waiting, context):
+                    self._succeeded([run])
+                return
+        finally:
+            if succeeded:
+                self._succeeded(succeeded)
+            self._slot_free.set()  # once for the batch, not once a job
 
     def _start_buffered(self) -> None:
         """Start prefetched jobs while slots are free (a loop, not recursion:
@@ -457,14 +518,19 @@ class Worker:
         self._starting = True
         try:
             now = time.monotonic()
+            runs: deque[_Running] = deque()
             while (self._buffer and not self._stopping
                    and len(self._inflight) < self.concurrency):
-                self._start(self._buffer.popleft(), now)
+                runs.append(self._admit(self._buffer.popleft(), now))
+            if runs:
+                self._spawn_batch(runs)
         finally:
             self._starting = False
 
     # -- one job
-    async def _process(self, run: _Running) -> None:
+    async def _process(self, run: _Running) -> bool:
+        """Handles a job to its end but for the ack of a success: True then
+        (_run_batch acks the jobs of a batch that succeeded together)."""
         job = run.job
         error: BaseException | None = None
         outcome = "ok"
@@ -474,7 +540,7 @@ class Worker:
                 if verdict is not None:
                     outcome = await self._dead_letter(run, RuntimeError(verdict.message),
                                                       None, verdict)
-                    return
+                    return False
             if self.before_job is not None:
                 await _call_hook(self.before_job, job)
             try:
@@ -483,7 +549,7 @@ class Worker:
                 elif self._async_handler:  # _handle, inline: the no-op path is hot
                     run.handling = True
                     try:
-                        await _Guard(self.handler(job), job)
+                        await self.handler(job)
                     finally:
                         run.handling = False
                 else:
@@ -505,30 +571,25 @@ class Worker:
                     outcome = self._lease_lost(job)
                 elif run.abandoned:
                     outcome = "handed_back"
-                else:
-                    self._ack(job, run)
-                    if self.metrics is None:  # _finished, inline: the hot path
-                        self.stats["ok"] += 1
-                    else:
-                        self._finished(job, "ok", run)
             if self.after_job is not None:
                 await _call_hook(self.after_job, job, error)
+            return outcome == "ok"
         finally:
-            del self._inflight[job.id]
+            del self._inflight[job.id]  # its slot: _run_batch sets _slot_free
             if self._buffer:
                 self._start_buffered()
-            self._slot_free.set()
-            if self.metrics:
-                self.metrics.in_flight.dec()
-            if run.span is not None:
-                tracing.end_deliver(run.span, outcome)
+            if not self._plain:
+                if self.metrics:
+                    self.metrics.in_flight.dec()
+                if run.span is not None:
+                    tracing.end_deliver(run.span, outcome)
 
     async def _handle(self, run: _Running) -> None:
         job = run.job
         run.handling = True  # a lost lease cancels the Task only in here
         try:
             if self._async_handler:
-                await _Guard(self.handler(job), job)
+                await self.handler(job)
             else:
                 await self._loop.run_in_executor(self._executor, self.handler, job)
         finally:
@@ -629,10 +690,29 @@ class Worker:
         await self._return_jobs(jobs)
 
     # -- acks
+    def _succeeded(self, runs: list[_Running]) -> None:
+        """Jobs whose handler succeeded: acked (see _ack) and counted ok."""
+        if not self._plain:  # spans to link, durations to observe
+            for run in runs:
+                self._ack(run.job, run)
+                self._finished(run.job, "ok", run)
+            return
+        node, ids = None, []
+        for run in runs:
+            job = run.job
+            if job.node != node:  # a batch's jobs come from one node, mostly
+                node = job.node
+                ids = self._acks.setdefault(job.node, [])
+            ids.append(job.id)
+        if self._fetching == self.fetchers or self._stopping:
+            self._ack_wakeup.set()
+        self.stats["ok"] += len(runs)
+
     def _ack(self, job: Job, run: _Running) -> None:
-        """Acks wait for the next GETJOB to the same node, which carries them
-        (no round trip of their own); the ack loop sends them when no GETJOB
-        is coming soon: every fetch loop is in one, or they are for another node."""
+        """Acks wait for the next GETJOB, which carries those for its node (no
+        round trip of their own) and hands the others to the ack loop; the ack
+        loop sends them at once when no GETJOB is coming soon (every fetch
+        loop is in one).  Per job: no more than appending the id."""
         waiting = self._acks.get(job.node)
         if waiting is None:
             self._acks[job.node] = [job.id]
@@ -640,8 +720,7 @@ class Worker:
             waiting.append(job.id)
         if run.span is not None:
             self._ack_links[job.id] = run.span.get_span_context()
-        if (self._fetching == self.fetchers or self._stopping
-                or job.node != self._aclient.node):
+        if self._fetching == self.fetchers or self._stopping:
             self._ack_wakeup.set()
 
     def _ack_span(self, command: str, ids: list[str]) -> Any:
@@ -749,15 +828,20 @@ class Worker:
 
     async def _drain(self) -> None:
         """Let the jobs in flight finish for up to grace_period; NACK the rest."""
-        running = [r for r in self._inflight.values() if r.task is not None]
-        if running:
+        if self._inflight:
             log.info("stopping: waiting up to %.1f s for %d jobs", self.grace_period,
-                     len(running))
-            await asyncio.wait([r.task for r in running], timeout=self.grace_period)
-        late = [r for r in self._inflight.values() if r.task is not None]
+                     len(self._inflight))
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.grace_period
+            # Again while time is left: a batch's Task hands the jobs after one
+            # that waits to a new Task.
+            while self._batches and (left := deadline - loop.time()) > 0:
+                await asyncio.wait(set(self._batches), timeout=left)
+        late = list(self._inflight.values())
         for run in late:
             run.abandoned = True
-            run.task.cancel()
+        for task in list(self._batches):
+            task.cancel()
         unfinished = [r.job for r in late if not r.job.lease_lost]
         if unfinished:
             log.warning("grace period over: handing back %d unfinished jobs", len(unfinished))
@@ -777,8 +861,7 @@ class Worker:
         self._ack_wakeup.set()
         if not self._forced:
             await asyncio.wait([acker], timeout=SHUTDOWN_WAIT)
-        tasks = [acker, keeper, *self._side_tasks,
-                 *(r.task for r in self._inflight.values() if r.task is not None)]
+        tasks = [acker, keeper, *self._side_tasks, *self._batches]
         for t in tasks:
             t.cancel()
         # Bounded: a task cancelled inside a redis-py call may not notice.
