@@ -31,11 +31,11 @@ from broker import lifecycle
 from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, FLAG_DUMMY_ACK, JOB_ID_LEN, QUEUED, SHARDS, Job, job_shard
 from broker.job import FLAG_HELD, HELD
 from broker.job import FLAG_KEY_ANSWERED  # (ext) kept by a load: see broker/lifecycle.py
-from protocol.aof_codec import REC_RELEASED
 from protocol.aof_codec import (  # noqa: F401  (part of this module's interface)
     FILE_HEADER, FILE_HEADER_SIZE, HISTORY_ONLY, MAGIC, READ_VERSIONS, REC_ACK, REC_DEL,
     REC_DELIVERED, REC_EXPIRED, REC_FLUSHALL, REC_GOT, REC_HEADER, REC_HEADER_SIZE,
-    REC_JOB_ROWS, REC_JOBS, REC_NACK, REC_REQUEUE, REC_TIME, RECORD_NAMES, VERSION, AOFError,
+    REC_JOB_ROWS, REC_JOBS, REC_NACK, REC_RELEASED, REC_REQUEUE, REC_TIME, RECORD_NAMES,
+    VERSION, AOFError,
     BadHeader, CorruptAOF, Scanner, TornTail, decode_ids, decode_jobs, decode_time,
     encode_record, encode_time, file_header,
 )

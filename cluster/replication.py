@@ -20,7 +20,6 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, cast
 
 from broker import lifecycle
-from broker.idempotency import IdempotencyKeys
 from broker.job import ACKED, FLAG_HELD, HELD, QUEUED, WAIT_REPL, Job, job_to_fields
 from broker.node import BLOCKED
 from broker.queue import PAUSED_IN
@@ -79,9 +78,8 @@ def _answer(cluster: Cluster, p: PendingAdd, reply: Any) -> None:
         for f in followers:
             _answer(cluster, f, reply)
     job = p.job
-    if job.idem_key is not None and reply.__class__ is Error:
-        idempotency: IdempotencyKeys = cluster.broker.idempotency
-        idempotency.forget(job.queue, job.idem_key, job.id)
+    if reply.__class__ is Error:
+        lifecycle.forget_key(cluster.broker, job)
     client = p.client
     if client is None:
         return

@@ -49,15 +49,17 @@ def job_queued(cluster: Cluster, job: Job) -> None:
     if not job.nodes_delivered or not job.flags & (FLAG_BCAST_QUEUED | FLAG_DELIVERED):
         return
     job.flags &= ~FLAG_BCAST_QUEUED
-    others = cluster.others_of(job)
-    if others:
-        cluster.send_many(others, B.QUEUED, queued_payload(job))
+    _send_queued(cluster, job)
 
 
 def job_released(cluster: Cluster, job: Job) -> None:
     """(ext) A held job was released here (ENQUEUE): the other holders hear it
     as a QUEUED, so that theirs go active and re-queue it after retry if this
     node's copy is not acked in time (it may die)."""
+    _send_queued(cluster, job)
+
+
+def _send_queued(cluster: Cluster, job: Job) -> None:
     others = cluster.others_of(job)
     if others:
         cluster.send_many(others, B.QUEUED, queued_payload(job))
