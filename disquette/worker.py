@@ -575,7 +575,10 @@ class Worker:
                 await _call_hook(self.after_job, job, error)
             return outcome == "ok"
         finally:
-            del self._inflight[job.id]  # its slot: _run_batch sets _slot_free
+            # its slot (_run_batch sets _slot_free); unless a delivery of the
+            # same job that came back while this one ran has taken the entry
+            if self._inflight.get(job.id) is run:
+                del self._inflight[job.id]
             if self._buffer:
                 self._start_buffered()
             if not self._plain:

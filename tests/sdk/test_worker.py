@@ -175,6 +175,31 @@ def test_working_keeps_long_job(kind, dnode, wait_until):
     assert c.show(jid) is None
 
 
+def test_a_job_delivered_again_while_it_runs_is_handled_twice(dnode, wait_until):
+    """At least once: a job whose RETRY passes before its handler sends
+    WORKING comes back, here to the same worker while the first delivery
+    still runs.  Both deliveries end, each counted, and the worker serves on."""
+    c = Client(dnode.addr)
+    c.add_job("q", "slow", retry=1)
+    starts: list[int] = []
+    again = threading.Event()
+
+    def handler(job):
+        starts.append(job.additional_deliveries)
+        if job.body == "slow" and len(starts) == 1:
+            again.wait(WAIT_TIMEOUT)  # until the second delivery has started
+        else:
+            again.set()
+
+    w = Worker(c, "q", handler, concurrency=2, working_after=WAIT_TIMEOUT)
+    with Running(w):
+        wait_until(lambda: w.stats["ok"] == 2)
+        assert w.in_flight == 0
+        c.add_job("q", "after")
+        wait_until(lambda: w.stats["ok"] == 3)
+    assert starts == [0, 1, 0]
+
+
 def test_never_more_jobs_than_free_slots(dnode, wait_until):
     c = Client(dnode.addr)
     c.add_jobs([("q", i) for i in range(20)])
