@@ -30,6 +30,9 @@ DEB_TOOLS := kubectl=kubernetes-client systemd-analyze=systemd shellcheck=shellc
 DEB_TOOLS += chromium=chromium wrk=wrk
 # tests/docs runs the docs' curl examples against the HTTP port.
 DEB_TOOLS += curl=curl
+# The chaos suite's clock faults preload libfaketime (package faketime brings it),
+# its packet-loss fault drops packets with iptables in a namespace of its own.
+DEB_TOOLS += faketime=faketime iptables=iptables
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # --dist loadgroup: tests marked @pytest.mark.xdist_group("name") (e.g. the ones
