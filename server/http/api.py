@@ -40,7 +40,10 @@ JSON_TYPES = (JSON, "text/plain", "application/x-www-form-urlencoded")
 # ADDJOB's options, as JSON fields / query parameters -> the RESP option name.
 ADDJOB_OPTIONS = {"replicate": b"REPLICATE", "delay": b"DELAY", "retry": b"RETRY",
                   "ttl": b"TTL", "maxlen": b"MAXLEN"}
-ITEM_FIELDS = {"body", "body_base64", "timeout_ms", "async", *ADDJOB_OPTIONS}
+# (ext) HOLD and IDEMPOTENCY key, docs/clients.md
+FLAG_OPTIONS = {"async": b"ASYNC", "hold": b"HOLD"}
+ITEM_FIELDS = {"body", "body_base64", "timeout_ms", "idempotency_key", *FLAG_OPTIONS,
+               *ADDJOB_OPTIONS}
 # The ms-timeout of ADDJOB when a request gives none (0 would let a request
 # wait for ever for its copies).
 DEFAULT_ADD_TIMEOUT_MS = b"5000"
@@ -201,17 +204,24 @@ class Api:
                 opts[name] = b"%d" % value
             else:
                 raise bad_request(f"{where}: {name} must be an integer")
-        if "async" in source:
-            value = source["async"]
+        for name in FLAG_OPTIONS:
+            if name not in source:
+                continue
+            value = source[name]
             if from_query:
                 v = value.lower()
                 if v not in TRUE and v not in FALSE:
-                    raise bad_request("async must be true or false")
-                opts["async"] = v in TRUE
+                    raise bad_request(f"{name} must be true or false")
+                opts[name] = v in TRUE
             elif isinstance(value, bool):
-                opts["async"] = value
+                opts[name] = value
             else:
-                raise bad_request(f"{where}: async must be true or false")
+                raise bad_request(f"{where}: {name} must be true or false")
+        if "idempotency_key" in source:
+            value = source["idempotency_key"]
+            if not isinstance(value, str):
+                raise bad_request(f"{where}: idempotency_key must be a string")
+            opts["idempotency_key"] = value.encode("utf-8", "surrogatepass")
         return opts
 
     @staticmethod
@@ -221,8 +231,12 @@ class Api:
             value = opts.get(name)
             if value is not None:
                 argv += (option, value)
-        if opts.get("async"):
-            argv.append(b"ASYNC")
+        for name, flag in FLAG_OPTIONS.items():
+            if opts.get(name):
+                argv.append(flag)
+        key = opts.get("idempotency_key")
+        if key is not None:
+            argv += (b"IDEMPOTENCY", key)
         return argv
 
     def item_argv(self, queue: bytes, item, defaults: dict, where: str) -> list:
@@ -248,6 +262,9 @@ class Api:
                             f"send {JSON} or {OCTETS}")
         doc = await self.read_json(request)
         if isinstance(doc, list):
+            if "idempotency_key" in defaults:
+                raise bad_request("idempotency_key in the query string names one job: "
+                                  "give each job of a batch its own")
             # Items that are just {"body": "<text>"} (the usual batch) take the
             # request's options as they are: one argv built, copied per item.
             plain = self.addjob_argv(queue, b"", defaults)

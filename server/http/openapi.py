@@ -63,7 +63,13 @@ ADD_OPTIONS = {
                "description": "MAXLEN: refuse if the queue already has that many jobs."},
     "async": {"type": "boolean", "description": "ASYNC: answer at once, replicate in the "
               "background."},
+    "hold": {"type": "boolean", "description": "(ext) HOLD: add the job held, queued only "
+             "when an ENQUEUE releases it."},
+    "idempotency_key": {"type": "string", "minLength": 1, "maxLength": 256,
+                        "description": "(ext) IDEMPOTENCY: a retried add with the same key "
+                        "gets the first add's id (one job per request; per item in a batch)."},
 }
+BOOL_OPTIONS = ("async", "hold")
 
 
 def document() -> dict:
@@ -162,7 +168,8 @@ def document() -> dict:
                      "described in `errors` (items are independent, as the commands of "
                      "a RESP pipeline).")},
                 params=[_q(k, v, v["description"]) for k, v in ADD_OPTIONS.items()
-                        if k != "async"] + [_q("async", BOOL_Q, ADD_OPTIONS["async"]["description"])],
+                        if k not in BOOL_OPTIONS]
+                + [_q(k, BOOL_Q, ADD_OPTIONS[k]["description"]) for k in BOOL_OPTIONS],
                 body={"required": True, "content": {
                     "application/json": {"schema": {"oneOf": [
                         _ref("NewJob"),

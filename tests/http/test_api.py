@@ -60,6 +60,44 @@ async def test_options_from_query_string_and_async(hnode, http):
     assert show(hnode.client(), jid)["retry"] == 9      # the item's field wins
 
 
+async def test_held_and_idempotent_adds_ext(hnode, http):
+    """(ext) ``hold`` and ``idempotency_key`` are ADDJOB's HOLD and IDEMPOTENCY:
+    a held job is not queued until ENQUEUE; a retried add with the same key gets
+    the first add's id, whether the first came over HTTP or RESP."""
+    c = hnode.client()
+    status, doc = await post_job(http, body="staged", hold=True)
+    assert status == 201 and show(c, doc["id"])["state"] == b"held"
+    assert c.execute_command("QLEN", "q") == 0
+    async with http.post("/queues/q/jobs?hold=true", data=b"raw",
+                         headers={"Content-Type": "application/octet-stream"}) as r:
+        held = (await r.json())["id"]
+    assert show(c, held)["state"] == b"held"
+    c.execute_command("ENQUEUE", doc["id"], held)
+    assert c.execute_command("QLEN", "q") == 2
+
+    status, first = await post_job(http, body="order 7", idempotency_key="order-7")
+    assert status == 201
+    status, again = await post_job(http, body="order 7", idempotency_key="order-7")
+    assert (status, again["id"]) == (201, first["id"])
+    assert c.execute_command("ADDJOB", "q", "order 7", 0, "IDEMPOTENCY",
+                             "order-7").decode() == first["id"]
+    async with http.post("/queues/q/jobs", json=[{"body": "a", "idempotency_key": "k-a"},
+                                                 {"body": "a", "idempotency_key": "k-a"},
+                                                 {"body": "b", "idempotency_key": "k-b"}]) as r:
+        ids = (await r.json())["ids"]
+    assert r.status == 201 and ids[0] == ids[1] != ids[2]
+    assert c.execute_command("QLEN", "q") == 2 + 1 + 2
+
+    for bad, message in (({"hold": "yes"}, "job: hold must be true or false"),
+                         ({"idempotency_key": 7}, "job: idempotency_key must be a string"),
+                         ({"idempotency_key": ""}, "IDEMPOTENCY key must be 1 to 256 bytes")):
+        status, doc = await post_job(http, body="x", **bad)
+        assert status == 400 and message in doc["message"], doc
+    async with http.post("/queues/q/jobs?idempotency_key=k", json=[{"body": "x"}]) as r:
+        assert r.status == 400 and "give each job of a batch its own" in (await r.json())["message"]
+    assert c.execute_command("QLEN", "q") == 5
+
+
 async def test_batch_of_10000(hnode, http):
     jobs = [{"body": f"job {i}"} for i in range(10_000)]
     async with http.post("/queues/big/jobs?retry=30", json=jobs) as r:
