@@ -1,7 +1,9 @@
 """``python -m chaos run [--scenario NAME|all] [--nodes 5] [--seconds 60] [--seed N]
-[--toxiproxy URL] [--out DIR]`` runs scenarios against real nodes (chaos/run.py)
-and exits 1 if any run lost a job, delivered an unexpected one or a RETRY 0 job
-twice.
+[--seeds K] [--rate R] [--producers P] [--batch B] [--toxiproxy URL] [--out DIR]``
+runs scenarios against real nodes (chaos/run.py), writes the summary report
+(DIR/index.html, DIR/summary.json) and exits 1 if any run lost a job,
+delivered an unexpected one or a RETRY 0 job twice. A scenario that cannot
+run here (packet-loss without a network namespace) is reported SKIPPED.
 
 ``python -m chaos check HISTORY [--json PATH] [--html PATH] [--no-files]``
 re-checks a recorded run: prints the summary table, writes the JSON and HTML
@@ -20,7 +22,7 @@ from pathlib import Path
 from chaos.checker import check
 from chaos.history import HistoryError, read_history
 from chaos.report import summary_table, write_reports
-from chaos.run import run
+from chaos.run import RunOptions, pick_seeds, run
 from chaos.scenarios import SCENARIOS
 
 
@@ -48,20 +50,30 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     names = list(SCENARIOS) if "all" in args.scenario else args.scenario
-    outcomes = run(names, nodes=args.nodes, seconds=args.seconds, seed=args.seed,
-                   out=Path(args.out), toxiproxy_url=args.toxiproxy, rate=args.rate,
-                   drain_timeout=args.drain_timeout)
+    options = RunOptions(nodes=args.nodes, seconds=args.seconds, rate=args.rate,
+                         producers=args.producers, consumers=args.consumers, batch=args.batch,
+                         drain_timeout=args.drain_timeout,
+                         recovery_timeout=args.recovery_timeout, toxiproxy_url=args.toxiproxy)
+    seeds = pick_seeds(args.seed, args.seeds)
+    out = Path(args.out)
+    outcomes = run(names, options, seeds=seeds, out=out, summary=not args.no_summary)
     width = max(len(o.scenario) for o in outcomes)
-    print("scenario".ljust(width), " verdict  acked adds  lost  unexpected  dup rate  "
+    print("scenario".ljust(width), "      seed  verdict  acked adds  lost  unexpected  dup rate  "
           "RETRY0 twice  uncollected")
     for o in outcomes:
         r = o.result
-        print(f"{o.scenario:<{width}}  {'ok' if o.valid else 'FAIL':<7}  {r.acknowledged:>10}  "
-              f"{r.lost:>4}  {r.unexpected:>10}  {r.duplicate_rate:>8.2%}  "
+        if r is None:
+            print(f"{o.scenario:<{width}}  {o.seed:>8}  SKIPPED  {o.skipped}")
+            continue
+        print(f"{o.scenario:<{width}}  {o.seed:>8}  {'ok' if o.valid else 'FAIL':<7}  "
+              f"{r.acknowledged:>10}  {r.lost:>4}  {r.unexpected:>10}  {r.duplicate_rate:>8.2%}  "
               f"{r.retry0_redelivered:>12}  {r.uncollected:>11}")
-    print(f"replay: python -m chaos run --seed {outcomes[0].seed} --nodes {args.nodes} "
+    print(f"replay: python -m chaos run --seed {seeds[0]} --nodes {args.nodes} "
           f"--seconds {args.seconds:g} --scenario NAME")
-    return 0 if all(o.valid for o in outcomes) else 1
+    if not args.no_summary:
+        print(f"summary: {out / 'index.html'}")
+    ran = [o for o in outcomes if o.skipped is None]
+    return 0 if all(o.valid for o in ran) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,13 +93,27 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--seconds", type=float, default=60.0,
                    help="how long the workload runs under faults (default 60)")
     r.add_argument("--seed", type=int, help="replay a run (default: a random seed, printed)")
+    r.add_argument("--seeds", type=int, default=1,
+                   help="run every scenario with this many seeds, from --seed on (default 1)")
     r.add_argument("--toxiproxy", metavar="URL",
                    help="a running Toxiproxy server to use instead of chaos.proxy")
     r.add_argument("--out", default="chaos-runs", help="where runs write (default chaos-runs/)")
     r.add_argument("--rate", type=float, default=40.0,
-                   help="adds per second of each producer (one per node; default 40)")
+                   help="adds per second of each producer (default 40)")
+    r.add_argument("--producers", type=int, default=1,
+                   help="producer threads per node (default 1)")
+    r.add_argument("--consumers", type=int, default=1,
+                   help="consumer threads per node (default 1)")
+    r.add_argument("--batch", type=int, default=1,
+                   help="adds per pipelined call of a producer (add_jobs; default 1)")
     r.add_argument("--drain-timeout", type=float, default=60.0,
                    help="seconds the final drain may take (default 60)")
+    r.add_argument("--recovery-timeout", type=float, default=30.0,
+                   help="seconds after the heal that adds and deliveries may take to "
+                        "succeed again (default 30)")
+    r.add_argument("--no-summary", action="store_true",
+                   help="write no summary under --out (the packet-loss re-run in its "
+                        "network namespace uses it)")
     r.set_defaults(run=cmd_run, scenario=None)
     args = parser.parse_args(argv)
     if args.command == "run" and not args.scenario:
