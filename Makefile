@@ -52,10 +52,10 @@ RUN_DIR ?= run
 BENCH_ARGS ?=
 # `make chaos` runs every chaos scenario (chaos/scenarios.py) against a real
 # cluster behind the fault proxy, each for 300 s with 5 seeds (from a random
-# first one, printed; about 6 minutes per scenario and seed), about 420 acknowledged adds/s (2
-# producers a node, 45 adds/s each, 5 a pipelined call): over 100k acknowledged
-# jobs a run. The summary is chaos-runs/index.html. E.g. CHAOS_ARGS="--seed 42
-# --seconds 120 --seeds 1".
+# first one, printed; about 6 minutes per scenario and seed), at about 420
+# acknowledged adds/s (2 producers a node, 45 adds/s each, 5 a pipelined call):
+# over 100k acknowledged jobs a run. The summary is chaos-runs/index.html.
+# E.g. CHAOS_ARGS="--seed 42 --seconds 120 --seeds 1".
 CHAOS_ARGS ?= --nodes 5 --seconds 300 --seeds 5 --producers 2 --rate 45 --batch 5
 
 .PHONY: all venv test-venv deps deps-build pydisque-venv test run bench bench-compiled chaos clean distclean
