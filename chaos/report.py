@@ -174,9 +174,12 @@ def timeline(history: History, bin_seconds: float | None = None) -> dict[str, An
                 del_lat[index(t)].append(t - value_invoked[value])
         elif kind == "fault" and phase == START:
             faults[e["fault"]] = {"name": e.get("name", "fault"), "start": t, "stop": None,
-                                  "detail": e.get("detail") or {}}
+                                  "detail": e.get("detail") or {}, "outcome": {}}
         elif kind == "fault" and phase == STOP and e.get("fault") in faults:
             faults[e["fault"]]["stop"] = t
+            # what the fault measured as it stopped (packet-loss: iptables' counters)
+            faults[e["fault"]]["outcome"] = {k: v for k, v in e.items()
+                                             if k not in ("t", "type", "phase", "fault")}
         elif kind == "drain":
             drain[phase or "start"] = t
         elif kind == "heal":
@@ -340,7 +343,8 @@ def render_html(result: CheckResult, history: History, report: dict[str, Any] | 
     faults = "".join(
         f'<tr><td>{html.escape(f["name"])}</td><td>{f["start"]:.2f} s</td>'
         f'<td>{f["stop"]:.2f} s{" (never stopped)" if f["open"] else ""}</td>'
-        f'<td><code>{html.escape(json.dumps(f["detail"]))}</code></td></tr>'
+        f'<td><code>{html.escape(json.dumps(f["detail"]))}</code></td>'
+        f'<td>{html.escape(", ".join(f"{k} {v}" for k, v in f["outcome"].items()))}</td></tr>'
         for f in report["timeline"]["faults"])
     replay = ""
     if meta.get("scenario") and meta.get("seed") is not None:
@@ -369,7 +373,7 @@ Bins of {report["timeline"]["bin_seconds"]:g} s.</p>
 <h2>Figures</h2>
 <table id="figures">{"".join(rows)}</table>
 {f'<h2>Examples</h2><table id="examples">{examples}</table>' if examples else ""}
-{f'<h2>Faults</h2><table id="faults"><tr><th>fault</th><th>from</th><th>to</th><th>detail</th></tr>{faults}</table>' if faults else ""}
+{f'<h2>Faults</h2><table id="faults"><tr><th>fault</th><th>from</th><th>to</th><th>detail</th><th>measured</th></tr>{faults}</table>' if faults else ""}
 </body></html>
 """
 

@@ -183,3 +183,15 @@ def test_summary_groups_by_kind_and_marks_skipped(tmp_path):
     assert '<table class="kind" id="kind-network">' in page and 'id="kind-process"' in page
     assert '<a href="isolated-seed1/report.html">isolated</a>' in page
     assert "no network namespace with iptables" in page and "1 skipped" in page
+
+
+def test_what_a_fault_measured_is_in_the_timeline_and_the_page(tmp_path):
+    run = clean_run(tmp_path / "loss.jsonl")
+    loss = run.at(5.0).w.fault_started("packet-loss", probability=0.2, nodes=["n1"])
+    run.at(5.5).w.fault_stopped(loss, packets_seen=120, packets_dropped=23)
+    history = read_history(run.finish(6.0))
+    tl = timeline(history)
+    assert [f["outcome"] for f in tl["faults"]] == [
+        {}, {"packets_seen": 120, "packets_dropped": 23}]
+    page = render_html(check(history), history)
+    assert "<td>packets_seen 120, packets_dropped 23</td>" in page
