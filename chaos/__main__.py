@@ -48,6 +48,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if result.valid else 1
 
 
+def _seconds(figure: dict | None, key: str = "seconds") -> str:
+    value = None if figure is None else figure[key]
+    return "-" if value is None else f"{value:.2f}"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     names = list(SCENARIOS) if "all" in args.scenario else args.scenario
     options = RunOptions(nodes=args.nodes, seconds=args.seconds, rate=args.rate,
@@ -59,7 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcomes = run(names, options, seeds=seeds, out=out, summary=not args.no_summary)
     width = max(len(o.scenario) for o in outcomes)
     print("scenario".ljust(width), "      seed  verdict  acked adds  lost  unexpected  dup rate  "
-          "RETRY0 twice  uncollected")
+          "RETRY0 twice  uncollected  no add (s)  no delivery (s)  recover (s)")
     for o in outcomes:
         r = o.result
         if r is None:
@@ -67,7 +72,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             continue
         print(f"{o.scenario:<{width}}  {o.seed:>8}  {'ok' if o.valid else 'FAIL':<7}  "
               f"{r.acknowledged:>10}  {r.lost:>4}  {r.unexpected:>10}  {r.duplicate_rate:>8.2%}  "
-              f"{r.retry0_redelivered:>12}  {r.uncollected:>11}")
+              f"{r.retry0_redelivered:>12}  {r.uncollected:>11}  "
+              f"{_seconds(r.unavailable_add):>10}  {_seconds(r.unavailable_delivery):>15}  "
+              f"{_seconds(r.recovery, 'both'):>11}")
     print(f"replay: python -m chaos run --seed {seeds[0]} --nodes {args.nodes} "
           f"--seconds {args.seconds:g} --scenario NAME")
     if not args.no_summary:

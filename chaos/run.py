@@ -155,6 +155,8 @@ def _in_namespace(scenario: Scenario, options: RunOptions, *, seed: int,
     env = dict(child_env(), **{netns.INSIDE_ENV: "1"})
     proc = subprocess.run(netns.wrap(prefix, argv), env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True)
+    if folder.exists():
+        (folder / "netns-run.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
     if not (folder / "history.jsonl").exists():
         raise RuntimeError(f"{scenario.name} in its network namespace wrote no history "
                            f"(exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")

@@ -284,14 +284,12 @@ def packet_loss(f, rng, t0, s):
         probability = rng.choice([0.02, 0.05, 0.1, 0.2, 0.35])
         where = rng.choice(["links", "node", "all"])
         if where == "links":
-            chosen = rng.sample(pairs, rng.randint(1, min(3, len(pairs))))
-            apply = lambda p=probability, c=chosen: f.packet_loss(p, links=c)
-        elif where == "node":
-            apply = lambda p=probability, n=rng.choice(names): f.packet_loss(p, nodes=[n])
+            target = {"links": rng.sample(pairs, rng.randint(1, min(3, len(pairs))))}
         else:
-            apply = lambda p=probability: f.packet_loss(p, nodes=names)
+            target = {"nodes": [rng.choice(names)] if where == "node" else names}
         length = rng.uniform(0.06, 0.12)
-        _window(f, t0, s, at, min(at + length, 0.85), apply)
+        _window(f, t0, s, at, min(at + length, 0.85),
+                lambda: f.packet_loss(probability, **target))
         at += length + rng.uniform(0.0, 0.03)
 
 
