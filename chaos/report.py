@@ -417,10 +417,24 @@ def summary_json(outcomes: list[Any], options: Any = None) -> dict[str, Any]:
     rows = [summary_row(o) for o in outcomes]
     kinds = sorted({row["kind"] for row in rows},
                    key=lambda k: (KINDS.index(k) if k in KINDS else len(KINDS), k))
+    by_kind = {kind: [row for row in rows if row["kind"] == kind] for kind in kinds}
     return {"options": vars(options) if options is not None else None,
             "valid": all(row["verdict"] != "INVALID" for row in rows),
             "skipped": sum(row["verdict"] == "SKIPPED" for row in rows),
-            "kinds": {kind: [row for row in rows if row["kind"] == kind] for kind in kinds}}
+            "kinds": by_kind,
+            "totals": {kind: _totals(kind_rows) for kind, kind_rows in by_kind.items()}}
+
+
+def _totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A kind's runs together: counts summed, windows at their worst."""
+    ran = [row for row in rows if row["verdict"] != "SKIPPED"]
+    out: dict[str, Any] = {"runs": len(ran)}
+    for key in ("acknowledged", "lost", "duplicated", "unexpected", "recovered"):
+        out[key] = sum(row[key] for row in ran)
+    for key in ("no_add_s", "no_delivery_s", "recover_add_s", "recover_delivery_s"):
+        values = [row[key] for row in ran if row[key] is not None]
+        out[key] = max(values) if values else None
+    return out
 
 
 def _cell(value: Any) -> str:
@@ -448,6 +462,10 @@ def summary_tables(summary: dict[str, Any]) -> str:
                 cells = [f"<td>{html.escape(_cell(row[k]))}</td>" for k in keys]
             out.append(f'<tr class="{cls}"><td>{link}</td><td>{row["seed"]}</td>'
                        f'<td>{verdict}</td>{"".join(cells)}</tr>')
+        totals = summary["totals"][kind]
+        out.append(f'<tr class="total"><th>all ({totals["runs"]} runs)</th><th></th><th></th>'
+                   + "".join(f"<th>{html.escape(_cell(totals[k]))}</th>" for k in keys)
+                   + "</tr>")
         out.append("</table>")
     return "\n".join(out)
 
@@ -467,7 +485,8 @@ def render_summary(summary: dict[str, Any]) -> str:
 <h1>Disquette chaos runs ({count}): <span class="{verdict.lower()}">{verdict}</span></h1>
 <p>{html.escape(how)}</p>{skipped}
 <p>One table per kind of fault; each row is one scenario and seed (its name links to its
-report). <i>no add</i> / <i>no delivery</i>: the longest stretch, while producers ran,
+report); the last row of each adds the counts up and keeps the longest times.
+<i>no add</i> / <i>no delivery</i>: the longest stretch, while producers ran,
 with no add acknowledged / no job delivered. <i>recover</i>: seconds from the heal (the
 last fault stopped) until an add made after it was acknowledged / a job delivered.</p>
 {summary_tables(summary)}

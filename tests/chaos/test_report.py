@@ -166,23 +166,33 @@ def test_windows_in_the_table_and_the_page(tmp_path):
 
 def test_summary_groups_by_kind_and_marks_skipped(tmp_path):
     result = check(outage(tmp_path))
+    clean = check(read_history(clean_run(tmp_path / "clean.jsonl").finish(6.0)))
     outcomes = [RunOutcome("isolated", 1, result, tmp_path / "isolated-seed1", "", []),
+                RunOutcome("isolated", 2, clean, tmp_path / "isolated-seed2", "", []),
                 RunOutcome("pause", 1, result, tmp_path / "pause-seed1", "", [], kind="process"),
                 RunOutcome("packet-loss", 1, None, tmp_path / "packet-loss-seed1", "", [],
                            skipped="no network namespace with iptables")]
     summary = write_summary(outcomes, tmp_path / "runs")
     assert list(summary["kinds"]) == ["network", "process"]
     assert summary["valid"] is True and summary["skipped"] == 1
-    isolated, skipped = summary["kinds"]["network"]
+    isolated, _, skipped = summary["kinds"]["network"]
     assert (isolated["acknowledged"], isolated["no_add_s"], isolated["no_delivery_s"],
             isolated["recover_add_s"], isolated["recover_delivery_s"]) == (15, 3.39, 3.9,
                                                                           0.21, 0.7)
     assert skipped["verdict"] == "SKIPPED"
+    # the two runs added up, the longest times kept
+    assert clean.unavailable_add["seconds"] < 3.39 and clean.acknowledged == 10
+    assert clean.recovery["add"] == 0.31      # its heal at 3.2 s, the next add at 3.5 s
+    assert summary["totals"]["network"] == {
+        "runs": 2, "acknowledged": 25, "lost": 0, "duplicated": 0, "unexpected": 0,
+        "recovered": 0, "no_add_s": 3.39, "no_delivery_s": 3.9, "recover_add_s": 0.31,
+        "recover_delivery_s": 0.7}
     assert json.loads((tmp_path / "runs" / "summary.json").read_text()) == summary
     page = (tmp_path / "runs" / "index.html").read_text()
     assert '<table class="kind" id="kind-network">' in page and 'id="kind-process"' in page
     assert '<a href="isolated-seed1/report.html">isolated</a>' in page
     assert "no network namespace with iptables" in page and "1 skipped" in page
+    assert "<th>all (2 runs)</th><th></th><th></th><th>25</th><th>0</th>" in page
 
 
 def test_what_a_fault_measured_is_in_the_timeline_and_the_page(tmp_path):
