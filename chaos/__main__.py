@@ -5,6 +5,9 @@ runs scenarios against real nodes (chaos/run.py), writes the summary report
 delivered an unexpected one or a RETRY 0 job twice. A scenario that cannot
 run here (packet-loss without a network namespace) is reported SKIPPED.
 
+``python -m chaos summary DIR`` rebuilds DIR's summary from the runs' reports
+in it (after runs made apart, or an interrupted one).
+
 ``python -m chaos check HISTORY [--json PATH] [--html PATH] [--no-files]``
 re-checks a recorded run: prints the summary table, writes the JSON and HTML
 reports (by default beside the history: ``<name>.report.json`` and
@@ -16,13 +19,15 @@ cannot be read.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from chaos.checker import check
 from chaos.history import HistoryError, read_history
 from chaos.report import summary_table, write_reports
-from chaos.run import RunOptions, pick_seeds, run
+from chaos.report import write_summary
+from chaos.run import RunOptions, outcomes_in, pick_seeds, run
 from chaos.scenarios import SCENARIOS
 
 
@@ -83,6 +88,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if all(o.valid for o in ran) else 1
 
 
+def cmd_summary(args: argparse.Namespace) -> int:
+    out = Path(args.dir)
+    outcomes = outcomes_in(out)
+    if not outcomes:
+        print(f"chaos summary: no */report.json in {out}", file=sys.stderr)
+        return 2
+    # the options every run shares (the first run's; scenarios set the rest)
+    first = outcomes[0].folder / "report.json"
+    args_of_run = json.loads(first.read_text(encoding="utf-8"))["meta"].get("args") or {}
+    options = {k: v for k, v in args_of_run.items()
+               if k in ("nodes", "seconds", "rate", "producers", "consumers", "batch")}
+    summary = write_summary(outcomes, out, options)
+    print(f"summary of {len(outcomes)} runs: {out / 'index.html'}")
+    return 0 if summary["valid"] else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos",
                                      description="Disquette's chaos suite.")
@@ -122,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="write no summary under --out (the packet-loss re-run in its "
                         "network namespace uses it)")
     r.set_defaults(run=cmd_run, scenario=None)
+    m = sub.add_parser("summary", help="rebuild the summary of the runs in a folder")
+    m.add_argument("dir", help="a --out folder: its */report.json are the runs")
+    m.set_defaults(run=cmd_summary)
     args = parser.parse_args(argv)
     if args.command == "run" and not args.scenario:
         args.scenario = ["all"]

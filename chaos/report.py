@@ -211,7 +211,8 @@ def timeline(history: History, bin_seconds: float | None = None) -> dict[str, An
 
 def report_json(result: CheckResult, history: History) -> dict[str, Any]:
     return {"meta": history.meta, "history": str(history.path) if history.path else None,
-            "figures": result.to_json(), "timeline": timeline(history)}
+            "figures": result.to_json(), "timeline": timeline(history),
+            "workload_errors": [e["message"] for e in history.events if e["type"] == "error"]}
 
 
 # -- HTML ----------------------------------------------------------------------
@@ -418,7 +419,9 @@ def summary_json(outcomes: list[Any], options: Any = None) -> dict[str, Any]:
     kinds = sorted({row["kind"] for row in rows},
                    key=lambda k: (KINDS.index(k) if k in KINDS else len(KINDS), k))
     by_kind = {kind: [row for row in rows if row["kind"] == kind] for kind in kinds}
-    return {"options": vars(options) if options is not None else None,
+    if options is not None and not isinstance(options, dict):
+        options = vars(options)
+    return {"options": options,
             "valid": all(row["verdict"] != "INVALID" for row in rows),
             "skipped": sum(row["verdict"] == "SKIPPED" for row in rows),
             "kinds": by_kind,

@@ -14,6 +14,7 @@ with them still varies, as in any real cluster).
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import subprocess
@@ -180,6 +181,23 @@ def run(names: list[str], options: RunOptions, *, seeds: list[int], out: Path,
             outcomes.append(outcome)
             if summary:
                 write_summary(outcomes, out, options)
+    return outcomes
+
+
+def outcomes_in(out: Path) -> list[RunOutcome]:
+    """The runs whose reports are in ``out`` (each ``*/report.json``), in the
+    order they started: what ``python -m chaos summary`` rebuilds the summary
+    from (runs that were skipped left no report)."""
+    reports = [(json.loads(path.read_text(encoding="utf-8")), path.parent)
+               for path in out.glob("*/report.json")]
+    reports.sort(key=lambda r: str(r[0]["meta"].get("started_at")))
+    outcomes = []
+    for report, folder in reports:
+        meta = report["meta"]
+        name = str(meta.get("scenario"))
+        kind = meta.get("kind") or (SCENARIOS[name].kind if name in SCENARIOS else "network")
+        outcomes.append(RunOutcome(name, meta.get("seed"), CheckResult(**report["figures"]),
+                                   folder, "", report.get("workload_errors", []), kind=kind))
     return outcomes
 
 

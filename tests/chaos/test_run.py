@@ -105,6 +105,24 @@ def test_the_summary_has_a_table_per_kind_with_each_runs_figures(ran):
     assert f'<a href="isolated-seed{SEED}/report.html">isolated</a>' in page
 
 
+def test_the_summary_is_rebuilt_from_the_reports(ran, tmp_path):
+    out, _ = ran
+    written = json.loads((out / "summary.json").read_text())
+    copy = tmp_path / "runs"
+    for name in ("isolated", "kill-aof-always"):
+        (copy / f"{name}-seed{SEED}").mkdir(parents=True)
+        report = out / f"{name}-seed{SEED}" / "report.json"
+        (copy / f"{name}-seed{SEED}" / "report.json").write_text(report.read_text())
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.run([sys.executable, "-m", "chaos", "summary", str(copy)], cwd=REPO_ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rebuilt = json.loads((copy / "summary.json").read_text())
+    assert rebuilt["kinds"] == written["kinds"] and rebuilt["totals"] == written["totals"]
+    assert rebuilt["options"] == {"nodes": 3, "seconds": SECONDS, "rate": 30, "producers": 1,
+                                  "consumers": 1, "batch": 1}
+
+
 @pytest.fixture(scope="module")
 def lossy(tmp_path_factory):
     prefix, why = netns.unshare_prefix()
