@@ -168,7 +168,8 @@ class Scenario:
     name: str
     doc: str
     faults: Callable[[Faults, random.Random, float, float], None]
-    kind: str = "network"           # the report's table: network, process, clock, disk, power
+    kind: str = "network"           # the summary's table: network, process, clock, disk,
+                                    # power or mixed (chaos/report.py KINDS)
     netns: bool = False             # runs in a network namespace of its own (chaos/netns.py)
     appendonly: bool = False
     appendfsync: str = "everysec"
@@ -314,8 +315,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     # no REPLICATE 1 (nor RETRY 0, which is REPLICATE 1) jobs here.
     Scenario("kill-aof-everysec", "kill -9 and restart with appendfsync everysec",
              kill_restart, kind="process", appendonly=True, appendfsync="everysec",
-             replicate=(2, 3),
-             retry0_share=0.0),
+             replicate=(2, 3), retry0_share=0.0),
     Scenario("pause", "SIGSTOP longer than cluster-node-timeout, then SIGCONT", pause,
              kind="process"),
     Scenario("leaving", "a node leaving the cluster under load", leaving, kind="process"),
