@@ -31,7 +31,8 @@ Ours:
   delivered.
 
 The run fails (``valid`` False, non-zero exit) on anything lost, anything
-unexpected, or a RETRY 0 job delivered twice.
+unexpected, a RETRY 0 job delivered twice, or a workload thread that failed
+(an ``error`` event: the history is incomplete).
 
 Pure: a list of events in, a ``CheckResult`` out; no files, no clock.
 """
@@ -221,6 +222,10 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
         problems.append(f"{len(unexpected)} delivery(ies) of jobs never added (unexpected)")
     if retry0_twice:
         problems.append(f"{len(retry0_twice)} RETRY 0 job(s) delivered more than once")
+    failed_threads = sum(e["type"] == "error" for e in events)
+    if failed_threads:
+        # a producer or consumer that died leaves the history incomplete
+        problems.append(f"{failed_threads} workload thread(s) failed: the run proves nothing")
     distinct = len(delivered_of)
     uncollected = sum(len(v) for v in uncollected_by_node.values())
     return CheckResult(

@@ -205,3 +205,13 @@ def test_what_a_fault_measured_is_in_the_timeline_and_the_page(tmp_path):
         {}, {"packets_seen": 120, "packets_dropped": 23}]
     page = render_html(check(history), history)
     assert "<td>packets_seen 120, packets_dropped 23</td>" in page
+
+
+def test_a_failed_workload_thread_fails_the_run(tmp_path):
+    run = clean_run(tmp_path / "crash.jsonl")
+    run.at(5.0).w.workload_error("cn1: KeyError: 'id'")
+    history = read_history(run.finish(6.0))
+    result = check(history)
+    assert not result.valid
+    assert result.problems == ["1 workload thread(s) failed: the run proves nothing"]
+    assert report_json(result, history)["workload_errors"] == ["cn1: KeyError: 'id'"]
