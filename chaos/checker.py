@@ -24,10 +24,15 @@ Ours:
 - failed_then_delivered: an add answered with an error yet delivered (Disque's
   NOREPL deletes copies best-effort only);
 - latency percentiles: adds (invoke -> reply) and deliveries (add invoked ->
-  first delivery).
+  first delivery);
+- unavailability: the longest stretch, while producers ran, with no add
+  acknowledged and with no job delivered; recovery: from the heal (the last
+  fault stopped) until an add invoked after it is acknowledged and a job is
+  delivered.
 
 The run fails (``valid`` False, non-zero exit) on anything lost, anything
-unexpected, or a RETRY 0 job delivered twice.
+unexpected, a RETRY 0 job delivered twice, or a workload thread that failed
+(an ``error`` event: the history is incomplete).
 
 Pure: a list of events in, a ``CheckResult`` out; no files, no clock.
 """
@@ -111,6 +116,11 @@ class CheckResult:
     add_latency: dict[str, Any]
     delivery_latency: dict[str, Any]
     examples: dict[str, list] = field(default_factory=dict)
+    # the longest stretches of the production period with no acknowledged add
+    # and with no delivery, and how long after the heal each served again
+    unavailable_add: dict[str, float] | None = None
+    unavailable_delivery: dict[str, float] | None = None
+    recovery: dict[str, float | None] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -212,6 +222,10 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
         problems.append(f"{len(unexpected)} delivery(ies) of jobs never added (unexpected)")
     if retry0_twice:
         problems.append(f"{len(retry0_twice)} RETRY 0 job(s) delivered more than once")
+    failed_threads = sum(e["type"] == "error" for e in events)
+    if failed_threads:
+        # a producer or consumer that died leaves the history incomplete
+        problems.append(f"{failed_threads} workload thread(s) failed: the run proves nothing")
     distinct = len(delivered_of)
     uncollected = sum(len(v) for v in uncollected_by_node.values())
     return CheckResult(
@@ -250,4 +264,78 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
             ("retry0_undelivered", retry0_undelivered),
             ("uncollected", sorted({i for v in uncollected_by_node.values() for i in v})),
             ("id_mismatches", id_mismatches)) if values},
+        **windows(events),
     )
+
+
+# -- unavailability and recovery ---------------------------------------------------
+
+def longest_gap(times: Iterable[float], start: float, end: float) -> dict[str, float] | None:
+    """The longest stretch of ``[start, end]`` with none of ``times`` in it,
+    as ``{"seconds", "from", "to"}``; None for an empty period."""
+    if end <= start:
+        return None
+    prev, best = start, (0.0, start, start)
+    for t in sorted(times):
+        if t < start:
+            continue
+        if t > end:
+            break
+        if t - prev > best[0]:
+            best = (t - prev, prev, t)
+        prev = t
+    if end - prev > best[0]:
+        best = (end - prev, prev, end)
+    return {"seconds": round(best[0], 6), "from": round(best[1], 6), "to": round(best[2], 6)}
+
+
+def production_period(events: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """From the first add invoked to the last: while producers ran."""
+    invoked = [e["t"] for e in events if e["type"] == "add" and e.get("phase") == INVOKE]
+    return (min(invoked), max(invoked)) if invoked else None
+
+
+def healed_at(events: list[dict[str, Any]]) -> float | None:
+    """When the last fault stopped (the heal stops those still on), or the
+    heal itself when no fault was recorded; None before any heal."""
+    stops = [e["t"] for e in events if e["type"] == "fault" and e.get("phase") == "stop"]
+    heals = [e["t"] for e in events if e["type"] == "heal"]
+    if stops:
+        return max(stops)
+    return heals[-1] if heals else None
+
+
+def recovery(events: list[dict[str, Any]]) -> dict[str, float | None] | None:
+    """Seconds from the heal until an add invoked after it is acknowledged
+    (``add``), until a job is delivered (``delivery``), and until both
+    (``both``); None for what never came back."""
+    healed = healed_at(events)
+    if healed is None:
+        return None
+    invoked: dict[int, float] = {}
+    add = delivery = None
+    for e in events:
+        if e["t"] < healed:
+            if e["type"] == "add" and e.get("phase") == INVOKE:
+                invoked[e["op"]] = e["t"]        # before the heal: does not count
+            continue
+        if e["type"] == "add" and e.get("phase") == OK and add is None \
+                and e["op"] not in invoked:
+            add = round(e["t"] - healed, 6)
+        elif e["type"] == "deliver" and delivery is None:
+            delivery = round(e["t"] - healed, 6)
+    both = max(add, delivery) if add is not None and delivery is not None else None
+    return {"healed_at": healed, "add": add, "delivery": delivery, "both": both}
+
+
+def windows(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The CheckResult fields of this section, from a history's events."""
+    period = production_period(events)
+    if period is None:
+        return {"unavailable_add": None, "unavailable_delivery": None,
+                "recovery": recovery(events)}
+    oks = (e["t"] for e in events if e["type"] == "add" and e.get("phase") == OK)
+    deliveries = (e["t"] for e in events if e["type"] == "deliver")
+    return {"unavailable_add": longest_gap(oks, *period),
+            "unavailable_delivery": longest_gap(deliveries, *period),
+            "recovery": recovery(events)}

@@ -21,11 +21,14 @@ ack                     id, node, fast (FASTACK), result (the integer reply) or 
 nack                    id, node, result or error
 working                 id, node, result (retry seconds) or error
 fault (start)           fault (number), name, detail {...}
-fault (stop)            fault
+fault (stop)            fault, then what it measured as it stopped (packet-loss:
+                        packets_seen, packets_dropped)
 heal                    every fault stopped
 drain (start)           the workload stopped producing; consumers empty every queue
 drain (end)             complete: true when every queue was seen empty
 leftover                node, jobs {id: state} still held by the node after healing
+error                   message: a workload thread failed (a bug in the run, not
+                        in the cluster; the run is not valid)
 end                     the run finished writing
 ======================  ================================================================
 
@@ -129,8 +132,10 @@ class HistoryWriter:
             self.event("fault", phase=START, fault=fault, name=name, detail=detail)
         return fault
 
-    def fault_stopped(self, fault: int) -> None:
-        self.event("fault", phase=STOP, fault=fault)
+    def fault_stopped(self, fault: int, **outcome: Any) -> None:
+        """``outcome``: what the fault did, measured as it stopped (e.g. the
+        packets a packet-loss fault dropped)."""
+        self.event("fault", phase=STOP, fault=fault, **outcome)
 
     def healed(self) -> None:
         self.event("heal")
@@ -143,6 +148,9 @@ class HistoryWriter:
 
     def leftovers(self, node: str, jobs: dict[str, str]) -> None:
         self.event("leftover", node=node, jobs=jobs)
+
+    def workload_error(self, message: str) -> None:
+        self.event("error", message=message)
 
     def close(self) -> None:
         with self._lock:

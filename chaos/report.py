@@ -30,6 +30,23 @@ def _latency(stats: dict[str, Any]) -> str:
             f"max {_ms(stats, 'max')} (n={stats['count']})")
 
 
+def _window(window: dict[str, float] | None) -> str:
+    if window is None:
+        return "-"
+    return f"{window['seconds']:.2f} s ({window['from']:.1f}-{window['to']:.1f} s)"
+
+
+def _recovery(recovery: dict[str, float | None] | None) -> str:
+    if recovery is None:
+        return "-"
+
+    def s(key: str) -> str:
+        value = recovery[key]
+        return "never" if value is None else f"{value:.2f} s"
+    return (f"{s('both')} (adds {s('add')}, deliveries {s('delivery')}; "
+            f"healed at {recovery['healed_at']:.1f} s)")
+
+
 @dataclass(frozen=True)
 class Row:
     label: str
@@ -72,6 +89,10 @@ ROWS = [
         note=lambda r: r.leftover_unacked > 0),
     Row("final drain complete", lambda r: {True: "yes", False: "NO", None: "-"}[r.drain_complete],
         note=lambda r: r.drain_complete is False),
+    Row("longest time with no add acknowledged", lambda r: _window(r.unavailable_add)),
+    Row("longest time with no delivery", lambda r: _window(r.unavailable_delivery)),
+    Row("time to recover after heal", lambda r: _recovery(r.recovery),
+        note=lambda r: r.recovery is not None and r.recovery["both"] is None),
     Row("add latency", lambda r: _latency(r.add_latency)),
     Row("delivery latency (add -> first delivery)", lambda r: _latency(r.delivery_latency)),
 ]
@@ -153,9 +174,12 @@ def timeline(history: History, bin_seconds: float | None = None) -> dict[str, An
                 del_lat[index(t)].append(t - value_invoked[value])
         elif kind == "fault" and phase == START:
             faults[e["fault"]] = {"name": e.get("name", "fault"), "start": t, "stop": None,
-                                  "detail": e.get("detail") or {}}
+                                  "detail": e.get("detail") or {}, "outcome": {}}
         elif kind == "fault" and phase == STOP and e.get("fault") in faults:
             faults[e["fault"]]["stop"] = t
+            # what the fault measured as it stopped (packet-loss: iptables' counters)
+            faults[e["fault"]]["outcome"] = {k: v for k, v in e.items()
+                                             if k not in ("t", "type", "phase", "fault")}
         elif kind == "drain":
             drain[phase or "start"] = t
         elif kind == "heal":
@@ -187,7 +211,8 @@ def timeline(history: History, bin_seconds: float | None = None) -> dict[str, An
 
 def report_json(result: CheckResult, history: History) -> dict[str, Any]:
     return {"meta": history.meta, "history": str(history.path) if history.path else None,
-            "figures": result.to_json(), "timeline": timeline(history)}
+            "figures": result.to_json(), "timeline": timeline(history),
+            "workload_errors": [e["message"] for e in history.events if e["type"] == "error"]}
 
 
 # -- HTML ----------------------------------------------------------------------
@@ -319,7 +344,8 @@ def render_html(result: CheckResult, history: History, report: dict[str, Any] | 
     faults = "".join(
         f'<tr><td>{html.escape(f["name"])}</td><td>{f["start"]:.2f} s</td>'
         f'<td>{f["stop"]:.2f} s{" (never stopped)" if f["open"] else ""}</td>'
-        f'<td><code>{html.escape(json.dumps(f["detail"]))}</code></td></tr>'
+        f'<td><code>{html.escape(json.dumps(f["detail"]))}</code></td>'
+        f'<td>{html.escape(", ".join(f"{k} {v}" for k, v in f["outcome"].items()))}</td></tr>'
         for f in report["timeline"]["faults"])
     replay = ""
     if meta.get("scenario") and meta.get("seed") is not None:
@@ -348,7 +374,7 @@ Bins of {report["timeline"]["bin_seconds"]:g} s.</p>
 <h2>Figures</h2>
 <table id="figures">{"".join(rows)}</table>
 {f'<h2>Examples</h2><table id="examples">{examples}</table>' if examples else ""}
-{f'<h2>Faults</h2><table id="faults"><tr><th>fault</th><th>from</th><th>to</th><th>detail</th></tr>{faults}</table>' if faults else ""}
+{f'<h2>Faults</h2><table id="faults"><tr><th>fault</th><th>from</th><th>to</th><th>detail</th><th>measured</th></tr>{faults}</table>' if faults else ""}
 </body></html>
 """
 
@@ -360,3 +386,122 @@ def write_reports(result: CheckResult, history: History, json_path: str | Path |
         Path(json_path).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     if html_path:
         Path(html_path).write_text(render_html(result, history, report), encoding="utf-8")
+
+
+# -- the summary of a run of several scenarios and seeds ---------------------------
+
+KINDS = ("network", "process", "clock", "disk", "power", "mixed")
+SUMMARY_COLUMNS = ["scenario", "seed", "verdict", "acknowledged", "lost", "duplicated",
+                   "unexpected", "recovered", "no add (s)", "no delivery (s)",
+                   "recover add (s)", "recover delivery (s)"]
+
+
+def summary_row(outcome: Any) -> dict[str, Any]:
+    """One scenario and seed (a chaos.run.RunOutcome) as the summary shows it."""
+    r: CheckResult | None = outcome.result
+    row: dict[str, Any] = {"scenario": outcome.scenario, "seed": outcome.seed,
+                           "kind": outcome.kind, "report": f"{outcome.folder.name}/report.html"}
+    if r is None:
+        return {**row, "verdict": "SKIPPED", "skipped": outcome.skipped}
+    recovery = r.recovery or {}
+    return {**row, "verdict": "VALID" if outcome.valid else "INVALID",
+            "acknowledged": r.acknowledged, "lost": r.lost, "duplicated": r.duplicated,
+            "unexpected": r.unexpected, "recovered": r.recovered,
+            "no_add_s": (r.unavailable_add or {}).get("seconds"),
+            "no_delivery_s": (r.unavailable_delivery or {}).get("seconds"),
+            "recover_add_s": recovery.get("add"), "recover_delivery_s": recovery.get("delivery"),
+            "workload_errors": outcome.workload_errors}
+
+
+def summary_json(outcomes: list[Any], options: Any = None) -> dict[str, Any]:
+    """Every outcome's row, grouped by the scenario's kind (KINDS order)."""
+    rows = [summary_row(o) for o in outcomes]
+    kinds = sorted({row["kind"] for row in rows},
+                   key=lambda k: (KINDS.index(k) if k in KINDS else len(KINDS), k))
+    by_kind = {kind: [row for row in rows if row["kind"] == kind] for kind in kinds}
+    if options is not None and not isinstance(options, dict):
+        options = vars(options)
+    return {"options": options,
+            "valid": all(row["verdict"] != "INVALID" for row in rows),
+            "skipped": sum(row["verdict"] == "SKIPPED" for row in rows),
+            "kinds": by_kind,
+            "totals": {kind: _totals(kind_rows) for kind, kind_rows in by_kind.items()}}
+
+
+def _totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A kind's runs together: counts summed, windows at their worst."""
+    ran = [row for row in rows if row["verdict"] != "SKIPPED"]
+    out: dict[str, Any] = {"runs": len(ran)}
+    for key in ("acknowledged", "lost", "duplicated", "unexpected", "recovered"):
+        out[key] = sum(row[key] for row in ran)
+    for key in ("no_add_s", "no_delivery_s", "recover_add_s", "recover_delivery_s"):
+        values = [row[key] for row in ran if row[key] is not None]
+        out[key] = max(values) if values else None
+    return out
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def summary_tables(summary: dict[str, Any]) -> str:
+    """The per-kind tables as HTML."""
+    out = []
+    keys = ["acknowledged", "lost", "duplicated", "unexpected", "recovered", "no_add_s",
+            "no_delivery_s", "recover_add_s", "recover_delivery_s"]
+    for kind, rows in summary["kinds"].items():
+        out.append(f'<h2>{html.escape(kind)}</h2><table class="kind" id="kind-{html.escape(kind)}">'
+                   "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in SUMMARY_COLUMNS)
+                   + "</tr>")
+        for row in rows:
+            link = (f'<a href="{html.escape(row["report"])}">{html.escape(row["scenario"])}</a>')
+            verdict = row["verdict"]
+            cls = {"INVALID": "bad", "SKIPPED": "note"}.get(verdict, "")
+            if verdict == "SKIPPED":
+                cells = [f'<td colspan="{len(keys)}">{html.escape(str(row["skipped"]))}</td>']
+            else:
+                cells = [f"<td>{html.escape(_cell(row[k]))}</td>" for k in keys]
+            out.append(f'<tr class="{cls}"><td>{link}</td><td>{row["seed"]}</td>'
+                       f'<td>{verdict}</td>{"".join(cells)}</tr>')
+        totals = summary["totals"][kind]
+        out.append(f'<tr class="total"><th>all ({totals["runs"]} runs)</th><th></th><th></th>'
+                   + "".join(f"<th>{html.escape(_cell(totals[k]))}</th>" for k in keys)
+                   + "</tr>")
+        out.append("</table>")
+    return "\n".join(out)
+
+
+def render_summary(summary: dict[str, Any]) -> str:
+    count = sum(len(rows) for rows in summary["kinds"].values())
+    verdict = "VALID" if summary["valid"] else "INVALID"
+    options = summary.get("options") or {}
+    how = ", ".join(f"{k} {v}" for k, v in options.items() if v not in (None, False))
+    skipped = (f"<p class='note'>{summary['skipped']} skipped (see the reason in each row): "
+               f"not proven here.</p>" if summary["skipped"] else "")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>Disquette chaos runs - {verdict}</title>
+<style>{STYLE}</style></head>
+<body>
+<h1>Disquette chaos runs ({count}): <span class="{verdict.lower()}">{verdict}</span></h1>
+<p>{html.escape(how)}</p>{skipped}
+<p>One table per kind of fault; each row is one scenario and seed (its name links to its
+report); the last row of each adds the counts up and keeps the longest times.
+<i>no add</i> / <i>no delivery</i>: the longest stretch, while producers ran,
+with no add acknowledged / no job delivered. <i>recover</i>: seconds from the heal (the
+last fault stopped) until an add made after it was acknowledged / a job delivered.</p>
+{summary_tables(summary)}
+</body></html>
+"""
+
+
+def write_summary(outcomes: list[Any], out: str | Path, options: Any = None) -> dict[str, Any]:
+    """``out``/summary.json and ``out``/index.html for these outcomes."""
+    summary = summary_json(outcomes, options)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (out / "index.html").write_text(render_summary(summary), encoding="utf-8")
+    return summary

@@ -15,13 +15,17 @@ and drop (a ``timeout`` toxic of 0) what flows from n1 to n2 on ``n2-n1``.
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from chaos.history import HistoryWriter
 from chaos.launcher import ChaosCluster, Node
+from chaos.netns import LossRules
+
+_loss_tags = itertools.count(1)       # names each packet-loss fault's iptables rules
 
 
 class Faults:
@@ -30,7 +34,8 @@ class Faults:
     def __init__(self, cluster: ChaosCluster, history: HistoryWriter, deadline: float) -> None:
         self.cluster, self.history = cluster, history
         self.deadline = deadline              # monotonic time the scenario must end by
-        self.active: dict[int, Callable[[], None]] = {}
+        # each fault's undo; what an undo returns is written on the fault's stop
+        self.active: dict[int, Callable[[], dict[str, object] | None]] = {}
         self.killed: set[str] = set()
 
     # -- time --------------------------------------------------------------------
@@ -40,7 +45,8 @@ class Faults:
         if delay > 0:
             time.sleep(delay)
 
-    def _start(self, name: str, undo: Callable[[], None], **detail: object) -> int:
+    def _start(self, name: str, undo: Callable[[], dict[str, object] | None],
+               **detail: object) -> int:
         fault = self.history.fault_started(name, **detail)
         self.active[fault] = undo
         return fault
@@ -48,8 +54,8 @@ class Faults:
     def stop(self, fault: int) -> None:
         undo = self.active.pop(fault, None)
         if undo is not None:
-            undo()
-            self.history.fault_stopped(fault)
+            outcome = undo()
+            self.history.fault_stopped(fault, **(outcome if isinstance(outcome, dict) else {}))
 
     def heal(self) -> None:
         """Stop every fault: proxies back to clean links, nodes running."""
@@ -139,6 +145,20 @@ class Faults:
                 r.execute_command("CLUSTER", "LEAVING", "no")
         return self._start("leaving", undo, node=node.name)
 
+    # -- packets (in the run's own network namespace) ------------------------------
+    def packet_loss(self, probability: float, *, links: Sequence[tuple[str, str]] = (),
+                    nodes: Sequence[str] = ()) -> int:
+        """Drop ``probability`` of the TCP packets, both ways, on each link
+        ``(a, b)`` (a's connection to its proxy ``a-b``) and on every bus
+        connection each of ``nodes`` accepts (its bus port). The counters of
+        the rules are written on the fault's stop."""
+        ports = [int(self.cluster.link(a, b).listen.rsplit(":", 1)[1]) for a, b in links]
+        ports += [self.cluster.node(n).bus_port for n in nodes]
+        rules = LossRules(f"chaos-loss-{next(_loss_tags)}", ports, probability)
+        rules.add()
+        return self._start("packet-loss", rules.remove, probability=probability,
+                           links=[f"{a}->{b}" for a, b in links], nodes=list(nodes))
+
 
 # ------------------------------------------------------------------------------
 # The scenarios.
@@ -148,6 +168,9 @@ class Scenario:
     name: str
     doc: str
     faults: Callable[[Faults, random.Random, float, float], None]
+    kind: str = "network"           # the summary's table: network, process, clock, disk,
+                                    # power or mixed (chaos/report.py KINDS)
+    netns: bool = False             # runs in a network namespace of its own (chaos/netns.py)
     appendonly: bool = False
     appendfsync: str = "everysec"
     replicate: tuple[int, ...] = (1, 2, 3)
@@ -252,6 +275,25 @@ def mixed(f, rng, t0, s):
         at += length + rng.uniform(0.02, 0.05)
 
 
+def packet_loss(f, rng, t0, s):
+    """Loss rates that change over the run, on a few links, on every link of
+    one node, or on every bus connection of the cluster."""
+    names = f.cluster.names
+    pairs = [(a, b) for a in names for b in names if a != b]
+    at = 0.1
+    while at < 0.8:
+        probability = rng.choice([0.02, 0.05, 0.1, 0.2, 0.35])
+        where = rng.choice(["links", "node", "all"])
+        if where == "links":
+            target = {"links": rng.sample(pairs, rng.randint(1, min(3, len(pairs))))}
+        else:
+            target = {"nodes": [rng.choice(names)] if where == "node" else names}
+        length = rng.uniform(0.06, 0.12)
+        _window(f, t0, s, at, min(at + length, 0.85),
+                lambda: f.packet_loss(probability, **target))
+        at += length + rng.uniform(0.0, 0.03)
+
+
 def _one_way_pair(rng: random.Random, names: list[str]) -> list[tuple[str, str]]:
     a, b = rng.sample(names, 2)
     return [(a, b)]
@@ -267,15 +309,18 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("latency", "latency and jitter on every link", latency),
     Scenario("slow-link", "every link of one node down to a few KB/s", slow_link),
     Scenario("kill-aof-always", "kill -9 and restart with appendfsync always",
-             kill_restart, appendonly=True, appendfsync="always"),
+             kill_restart, kind="process", appendonly=True, appendfsync="always"),
     # everysec may lose the last second of a killed node's writes: only jobs
     # with another copy are promised to survive it (docs/operations.md, Persistence), so
     # no REPLICATE 1 (nor RETRY 0, which is REPLICATE 1) jobs here.
     Scenario("kill-aof-everysec", "kill -9 and restart with appendfsync everysec",
-             kill_restart, appendonly=True, appendfsync="everysec", replicate=(2, 3),
-             retry0_share=0.0),
-    Scenario("pause", "SIGSTOP longer than cluster-node-timeout, then SIGCONT", pause),
-    Scenario("leaving", "a node leaving the cluster under load", leaving),
-    Scenario("mixed", "random faults of every kind, one after another", mixed,
+             kill_restart, kind="process", appendonly=True, appendfsync="everysec",
+             replicate=(2, 3), retry0_share=0.0),
+    Scenario("pause", "SIGSTOP longer than cluster-node-timeout, then SIGCONT", pause,
+             kind="process"),
+    Scenario("leaving", "a node leaving the cluster under load", leaving, kind="process"),
+    Scenario("packet-loss", "random packet loss (iptables statistic) on bus links, "
+             "at rates that change over the run", packet_loss, netns=True),
+    Scenario("mixed", "random faults of every kind, one after another", mixed, kind="mixed",
              appendonly=True, appendfsync="always"),
 )}

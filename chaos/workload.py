@@ -1,9 +1,11 @@
 """The workload of a chaos run: producers and consumers on every node, through
 the SDK (``disquette.Client``), each call written to the history.
 
-- Producers add jobs whose body is a value unique in the run
-  (``<client>-<n>-r<retry>``), at several REPLICATE levels, some with RETRY 0
-  (at most once: REPLICATE 1, never NACKed), paced to ``rate`` adds/s each.
+- Producers (``producers`` per node) add jobs whose body is a value unique
+  in the run (``<client>-<n>-r<retry>``), at several REPLICATE levels, some
+  with RETRY 0 (at most once: REPLICATE 1, never NACKed), paced to ``rate``
+  adds/s each, ``batch`` at a time pipelined (``Client.add_jobs``), each job
+  still its own op in the history.
 - Consumers fetch with GETJOB (WITHCOUNTERS) and then, by a seeded draw: ACKJOB
   on the delivering node, ACKJOB on another node, FASTACK, WORKING then ACKJOB,
   or NACK (RETRY 0 jobs: always ACKJOB on the delivering node). Every delivery and every answer (or error) is recorded.
@@ -26,7 +28,7 @@ from typing import Any
 from chaos.history import HistoryWriter
 from chaos.launcher import ChaosCluster, wait_for
 from disquette import Client, DisqueError
-from disquette.errors import DisqueConnectionError, ReplyError
+from disquette.errors import ReplyError
 
 QUEUES = ("chaos-a", "chaos-b")
 
@@ -34,6 +36,9 @@ QUEUES = ("chaos-a", "chaos-b")
 @dataclass
 class WorkloadSpec:
     rate: float = 40.0                        # adds per second per producer
+    producers: int = 1                        # producer threads per node
+    consumers: int = 1                        # consumer threads per node
+    batch: int = 1                            # adds per pipelined call (add_jobs)
     replicate: tuple[int, ...] = (1, 2, 3)    # REPLICATE levels drawn (capped at the size)
     retry: tuple[int, ...] = (1, 2)           # RETRY seconds of at-least-once jobs
     retry0_share: float = 0.1                 # share of RETRY 0 jobs
@@ -58,6 +63,9 @@ class Workload:
         self.errors: list[str] = []
         self.adds = 0
         self.deliveries = 0
+        # monotonic times: the invoke of the latest acknowledged add, the latest delivery
+        self.last_add_invoked = 0.0
+        self.last_delivery = 0.0
 
     def _client(self, first: int) -> Client:
         nodes = self.cluster.nodes
@@ -70,8 +78,11 @@ class Workload:
         self.producing.set()
         self.consuming.set()
         for i, node in enumerate(self.cluster.nodes):
-            for role, target in (("p", self._produce), ("c", self._consume)):
-                name = f"{role}{node.name}"
+            roles = [(f"p{node.name}" + (f".{k + 1}" if k else ""), self._produce)
+                     for k in range(self.spec.producers)]
+            roles += [(f"c{node.name}" + (f".{k + 1}" if k else ""), self._consume)
+                      for k in range(self.spec.consumers)]
+            for name, target in roles:
                 t = threading.Thread(target=self._guard, args=(target, i, name), name=name,
                                      daemon=True)
                 t.start()
@@ -87,6 +98,16 @@ class Workload:
     def stop_producing(self) -> None:
         self.producing.clear()
 
+    def wait_recovered(self, since: float, timeout: float) -> bool:
+        """Until an add invoked after ``since`` (monotonic) was acknowledged
+        and a job was delivered after it: the cluster serves again."""
+        try:
+            wait_for(lambda: self.last_add_invoked >= since and self.last_delivery >= since,
+                     timeout, "adds and deliveries to succeed again", interval=0.05)
+        except TimeoutError:
+            return False
+        return True
+
     def stop(self) -> None:
         self.producing.clear()
         self.consuming.clear()
@@ -100,28 +121,26 @@ class Workload:
         levels = [r for r in spec.replicate if r <= size] or [1]
         client = self._client(i)
         n = 0
-        period = 1.0 / spec.rate if spec.rate > 0 else 0.0
+        batch = max(1, spec.batch)
+        period = batch / spec.rate if spec.rate > 0 else 0.0
         next_at = time.monotonic()
         try:
             while self.producing.is_set():
-                n += 1
-                retry0 = rng.random() < spec.retry0_share
-                retry = 0 if retry0 else rng.choice(spec.retry)
-                replicate = 1 if retry0 else rng.choice(levels)
-                queue = rng.choice(QUEUES)
-                value = f"{name}-{n}-r{retry}"
-                op = self.history.add_invoked(node=client.node, queue=queue, value=value,
-                                              replicate=replicate, retry=retry, client=name)
-                try:
-                    jid = client.add_job(queue, value.encode(), timeout_ms=spec.timeout_ms,
-                                         replicate=replicate, retry=retry)
-                except ReplyError as exc:
-                    self.history.add_failed(op, _error(exc))
-                except (DisqueConnectionError, DisqueError, OSError) as exc:
-                    self.history.add_indeterminate(op, _error(exc))
-                else:
-                    self.history.add_ok(op, jid)
-                    self.adds += 1
+                items: list[tuple[str, bytes, dict[str, int]]] = []
+                ops: list[int] = []
+                for _ in range(batch):
+                    n += 1
+                    retry0 = rng.random() < spec.retry0_share
+                    retry = 0 if retry0 else rng.choice(spec.retry)
+                    replicate = 1 if retry0 else rng.choice(levels)
+                    queue = rng.choice(QUEUES)
+                    value = f"{name}-{n}-r{retry}"
+                    ops.append(self.history.add_invoked(node=client.node, queue=queue,
+                                                        value=value, replicate=replicate,
+                                                        retry=retry, client=name))
+                    items.append((queue, value.encode(), {"replicate": replicate,
+                                                          "retry": retry}))
+                self._add(client, items, ops, time.monotonic())
                 if period:
                     next_at += period
                     delay = next_at - time.monotonic()
@@ -131,6 +150,32 @@ class Workload:
                         next_at = time.monotonic()
         finally:
             client.close()
+
+    def _add(self, client: Client, items: list[tuple[str, bytes, dict[str, int]]],
+             ops: list[int], invoked: float) -> None:
+        """One ADDJOB, or a pipelined batch of them (``add_jobs``): each
+        job's answer is written on its own op."""
+        results: list[Any]
+        try:
+            if len(items) == 1:
+                queue, body, options = items[0]
+                results = [client.add_job(queue, body, timeout_ms=self.spec.timeout_ms,
+                                          **options)]
+            else:
+                results = client.add_jobs(items, timeout_ms=self.spec.timeout_ms,
+                                          raise_on_error=False)
+        except (DisqueError, OSError) as exc:
+            results = [exc] * len(items)
+        for op, result in zip(ops, results):
+            if isinstance(result, ReplyError):
+                self.history.add_failed(op, _error(result))
+            elif isinstance(result, BaseException):
+                # a lost reply, no reachable node: the add may have happened
+                self.history.add_indeterminate(op, _error(result))
+            else:
+                self.history.add_ok(op, result)
+                self.adds += 1
+                self.last_add_invoked = max(self.last_add_invoked, invoked)
 
     # -- consumers -------------------------------------------------------------
     def _consume(self, i: int, name: str) -> None:
@@ -153,6 +198,7 @@ class Workload:
                                            nacks=job.nacks,
                                            additional_deliveries=job.additional_deliveries)
                     self.deliveries += 1
+                    self.last_delivery = time.monotonic()
                     action = rng.choices(actions, weights)[0]
                     if drain or (action in ("nack", "ack_other") and value.endswith("-r0")):
                         # RETRY 0 is at most once: never NACKed, and acked where it
