@@ -25,6 +25,11 @@ Ours:
   NOREPL deletes copies best-effort only);
 - latency percentiles: adds (invoke -> reply) and deliveries (add invoked ->
   first delivery).
+- power_loss: per ``power-loss`` fault (chaos/disk.py), the acknowledged adds
+  lost with it (acked before the power came back, never delivered) and the
+  loss window (the longest time between such an add's acknowledgement and the
+  cut); a loss within what the fault says its fsync policy tolerates
+  (``tolerates_s``: 0 nothing, None no bound) does not count as lost.
 
 The run fails (``valid`` False, non-zero exit) on anything lost, anything
 unexpected, or a RETRY 0 job delivered twice.
@@ -111,6 +116,7 @@ class CheckResult:
     add_latency: dict[str, Any]
     delivery_latency: dict[str, Any]
     examples: dict[str, list] = field(default_factory=dict)
+    power_loss: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -161,7 +167,8 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
 
     ok_adds = [a for a in adds.values() if a.outcome == OK]
     never = [a for a in ok_adds if a.value not in delivered_of]
-    lost = [a.value for a in never if a.retry != 0]
+    power, excused = power_losses(events, [a for a in never if a.retry != 0], ok_adds)
+    lost = [a.value for a in never if a.retry != 0 and a.value not in excused]
     retry0_undelivered = [a.value for a in never if a.retry == 0]
     recovered = [a.value for a in adds.values() if a.outcome == INFO and a.value in delivered_of]
     failed_delivered = [a.value for a in adds.values()
@@ -217,6 +224,7 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
     return CheckResult(
         valid=not problems,
         problems=problems,
+        power_loss=power,
         attempted=len(adds),
         acknowledged=len(ok_adds),
         failed=sum(a.outcome == FAIL for a in adds.values()),
@@ -251,3 +259,35 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
             ("uncollected", sorted({i for v in uncollected_by_node.values() for i in v})),
             ("id_mismatches", id_mismatches)) if values},
     )
+
+
+def power_losses(events: list[dict[str, Any]], never: list[Add],
+                 ok_adds: list[Add]) -> tuple[list[dict[str, Any]], set[str]]:
+    """Per power-loss fault: how many acknowledged adds it cost and over what
+    window; and the values of those within the fault's promise (excused)."""
+    cuts = [e for e in events if e["type"] == "fault" and e.get("phase") == "start"
+            and e.get("name") == "power-loss"]
+    stops = {e["fault"]: e["t"] for e in events
+             if e["type"] == "fault" and e.get("phase") == "stop"}
+    figures: list[dict[str, Any]] = []
+    excused: set[str] = set()
+    taken: set[str] = set()
+    for cut in cuts:
+        t, back = cut["t"], stops.get(cut["fault"], math.inf)
+        detail = cut.get("detail") or {}
+        tolerates = detail.get("tolerates_s")
+        # acked before the power came back (a reply may be read after the cut)
+        lost = [a for a in never if a.value not in taken and a.t_reply is not None
+                and a.t_reply <= back]
+        windows = [max(t - a.t_reply, 0.0) for a in lost]
+        for a, w in zip(lost, windows):
+            taken.add(a.value)
+            if tolerates is None or (tolerates > 0 and w <= tolerates):
+                excused.add(a.value)
+        figures.append({
+            "policy": detail.get("policy"), "t": t, "tolerates_s": tolerates,
+            "acked_before": sum(1 for a in ok_adds if a.t_reply is not None and a.t_reply <= t),
+            "lost": len(lost), "window_s": round(max(windows, default=0.0), 6),
+            "excused": sum(1 for a in lost if a.value in excused),
+        })
+    return figures, excused

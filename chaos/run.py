@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chaos.checker import CheckResult, check
+from chaos.disk import power_loss_lines
 from chaos.history import HistoryWriter, read_history
 from chaos.launcher import ChaosCluster
 from chaos.report import summary_table, write_reports
@@ -82,6 +83,8 @@ def run_scenario(scenario: Scenario, *, nodes: int, seconds: float, seed: int, o
     result = check(recorded)
     write_reports(result, recorded, folder / "report.json", folder / "report.html")
     table = summary_table(result, recorded)
+    if result.power_loss:
+        table += "\n" + power_loss_lines(result)
     for error in workload.errors:
         table += f"\n!! workload: {error}"
     return RunOutcome(scenario.name, seed, result, folder, table, workload.errors)
