@@ -15,7 +15,7 @@ and what the node did about it, as ``disk`` events (``node``, ``what``, ...):
   node must refuse to start naming the file and the flipped record's offset.
 - ``disk-full``: the AOF made unwritable while the node runs: RLIMIT_FSIZE of the
   running pid set to the file's size (``prlimit``; writes fail with EFBIG, which
-  needs nothing mounted). Under everysec the node answers ``-MISCONF`` (``misconf``)
+  needs nothing mounted, unlike a small loop-mounted file system for ENOSPC). Under everysec the node answers ``-MISCONF`` (``misconf``)
   until the limit goes (``writable``); under always it exits at its first failed
   write, acknowledging nothing it could not log (``exited``), and is restarted.
 - ``power-loss``: every node killed at once and each AOF cut back to its size at
@@ -232,9 +232,10 @@ def _misconf(node: Node) -> str | None:
 
 
 def disk_full(faults: Any, node: Node, policy: str) -> int:
-    """The node's AOF can no longer grow (RLIMIT_FSIZE at its current size).
-    Waits until the node shows it: -MISCONF (everysec, no) or its exit
-    (always); the fault's end gives the space back."""
+    """The node's AOF can no longer grow (RLIMIT_FSIZE at its current size,
+    or a little more: its log keeps room). Waits until the node shows it:
+    -MISCONF (everysec, no) or its exit (always); the fault's end gives the
+    space back."""
     pid = node.proc.pid
     # The limit holds for every file the process writes: its log (opened for
     # appending) keeps some room, to say what the node did.
@@ -290,9 +291,7 @@ def power_loss(faults: Any, rng: random.Random, policy: str) -> int:
                           tolerates_s=window)
     nodes = [n for n in faults.cluster.nodes if n.alive()]
     for node in nodes:
-        if node.paused:
-            node.proc.send_signal(signal.SIGCONT)
-        node.proc.send_signal(signal.SIGKILL)
+        node.proc.send_signal(signal.SIGKILL)   # all first: at once
     for node in nodes:
         node.kill()                         # waits for it
     faults.history.event("disk", what="power off", nodes=[n.name for n in nodes])

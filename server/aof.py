@@ -275,6 +275,8 @@ class AppendOnlyFile:
         if fd is not None:
             self.bio.submit(os.close, fd)
         self.bio.shutdown(wait=True)
+        if self.synced_note is not None:
+            self.synced_note.close()
         self.state = "off"
 
     def shutdown(self, mode) -> None:
@@ -499,3 +501,6 @@ class SyncedSizeNote:
         if size >= 0:
             os.pwrite(self.fd, b"%20d\n" % size, 0)
             self.known = True
+
+    def close(self) -> None:
+        os.close(self.fd)
