@@ -214,7 +214,7 @@ def test_a_failed_write_under_everysec_refuses_new_jobs_until_it_works():
 # the middle of writing back. DISK_SIM_SEEDS (default 200; 10,000 between real
 # runs) sets how many seeds each sweep below runs.
 DISK_SEEDS = int(os.environ.get("DISK_SIM_SEEDS", "200"))
-CHUNKS = 10                     # each sweep is split so a chunk stays within the timeout
+CHUNKS = 20                     # each sweep is split so a chunk stays within the timeout
 
 
 def chunk_seeds(chunk: int, total: int = DISK_SEEDS) -> range:
