@@ -28,7 +28,12 @@ Ours:
 - unavailability: the longest stretch, while producers ran, with no add
   acknowledged and with no job delivered; recovery: from the heal (the last
   fault stopped) until an add invoked after it is acknowledged and a job is
-  delivered.
+  delivered;
+- power_loss: per ``power-loss`` fault (chaos/disk.py), the acknowledged adds
+  lost with it (acked before the power came back, never delivered) and the
+  loss window (the longest time between such an add's acknowledgement and the
+  cut); a loss within what the fault says its fsync policy tolerates
+  (``tolerates_s``: 0 nothing, None no bound) does not count as lost.
 
 The run fails (``valid`` False, non-zero exit) on anything lost, anything
 unexpected, a RETRY 0 job delivered twice, or a workload thread that failed
@@ -121,6 +126,7 @@ class CheckResult:
     unavailable_add: dict[str, float] | None = None
     unavailable_delivery: dict[str, float] | None = None
     recovery: dict[str, float | None] | None = None
+    power_loss: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -171,7 +177,8 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
 
     ok_adds = [a for a in adds.values() if a.outcome == OK]
     never = [a for a in ok_adds if a.value not in delivered_of]
-    lost = [a.value for a in never if a.retry != 0]
+    power, excused = power_losses(events, [a for a in never if a.retry != 0], ok_adds)
+    lost = [a.value for a in never if a.retry != 0 and a.value not in excused]
     retry0_undelivered = [a.value for a in never if a.retry == 0]
     recovered = [a.value for a in adds.values() if a.outcome == INFO and a.value in delivered_of]
     failed_delivered = [a.value for a in adds.values()
@@ -231,6 +238,7 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
     return CheckResult(
         valid=not problems,
         problems=problems,
+        power_loss=power,
         attempted=len(adds),
         acknowledged=len(ok_adds),
         failed=sum(a.outcome == FAIL for a in adds.values()),
@@ -339,3 +347,33 @@ def windows(events: list[dict[str, Any]]) -> dict[str, Any]:
     return {"unavailable_add": longest_gap(oks, *period),
             "unavailable_delivery": longest_gap(deliveries, *period),
             "recovery": recovery(events)}
+def power_losses(events: list[dict[str, Any]], never: list[Add],
+                 ok_adds: list[Add]) -> tuple[list[dict[str, Any]], set[str]]:
+    """Per power-loss fault: how many acknowledged adds it cost and over what
+    window; and the values of those within the fault's promise (excused)."""
+    cuts = [e for e in events if e["type"] == "fault" and e.get("phase") == "start"
+            and e.get("name") == "power-loss"]
+    stops = {e["fault"]: e["t"] for e in events
+             if e["type"] == "fault" and e.get("phase") == "stop"}
+    figures: list[dict[str, Any]] = []
+    excused: set[str] = set()
+    taken: set[str] = set()
+    for cut in cuts:
+        t, back = cut["t"], stops.get(cut["fault"], math.inf)
+        detail = cut.get("detail") or {}
+        tolerates = detail.get("tolerates_s")
+        # acked before the power came back (a reply may be read after the cut)
+        lost = [a for a in never if a.value not in taken and a.t_reply is not None
+                and a.t_reply <= back]
+        windows = [max(t - a.t_reply, 0.0) for a in lost]
+        for a, w in zip(lost, windows):
+            taken.add(a.value)
+            if tolerates is None or (tolerates > 0 and w <= tolerates):
+                excused.add(a.value)
+        figures.append({
+            "policy": detail.get("policy"), "t": t, "tolerates_s": tolerates,
+            "acked_before": sum(1 for a in ok_adds if a.t_reply is not None and a.t_reply <= t),
+            "lost": len(lost), "window_s": round(max(windows, default=0.0), 6),
+            "excused": sum(1 for a in lost if a.value in excused),
+        })
+    return figures, excused

@@ -23,6 +23,11 @@ working                 id, node, result (retry seconds) or error
 fault (start)           fault (number), name, detail {...}
 fault (stop)            fault, then what it measured as it stopped (packet-loss:
                         packets_seen, packets_dropped)
+disk                    node, what the node did about a disk or power fault
+                        (chaos/disk.py): repaired, loaded, refused (message,
+                        offset), fixed (status), misconf, writable, exited,
+                        power off, dropped (size, synced, kept, dropped bytes);
+                        no misconf, still running: the fault did not bite
 heal                    every fault stopped
 drain (start)           the workload stopped producing; consumers empty every queue
 drain (end)             complete: true when every queue was seen empty

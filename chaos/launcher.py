@@ -31,6 +31,10 @@ import redis
 from chaos.toxiproxy_client import ChaosProxy, ChaosToxiproxy
 
 HOST = "127.0.0.1"
+# server/aof.py's test hook (SyncedSizeNote; named again here: the chaos suite
+# imports no node code): the AOF's size at its last fsync, kept beside it.
+SYNCED_SIZE_ENV = "DISQUETTE_TEST_SYNCED_SIZE"
+SYNCED_SUFFIX = ".synced"
 BUS_OFFSET = 10000
 _handed_out: set[int] = set()
 
@@ -109,6 +113,7 @@ class Node:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
+        self.env: dict[str, str] = {}       # added to the process's environment
 
     @property
     def addr(self) -> str:
@@ -122,13 +127,18 @@ class Node:
         return self.proc is not None and self.proc.poll() is None
 
     def start(self, timeout: float = 20.0) -> None:
+        self.spawn()
+        wait_for(self._answers, timeout, f"{self.name} ({self.addr}) to answer PING")
+
+    def spawn(self) -> None:
+        """Start the process, without waiting for it to answer."""
         argv = [sys.executable, "-m", "broker", "--port", str(self.port),
                 "--dir", str(self.dir), *self.args]
         with open(self.dir / "stdout.log", "ab") as log:
-            self.proc = subprocess.Popen(argv, cwd=self.dir, env=child_env(), stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(argv, cwd=self.dir, env={**child_env(), **self.env},
+                                         stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT)
         self.paused = False
-        wait_for(self._answers, timeout, f"{self.name} ({self.addr}) to answer PING")
 
     def _answers(self) -> bool:
         if not self.alive():
@@ -265,6 +275,10 @@ class ChaosCluster:
     def _start_nodes(self) -> None:
         for node in self.nodes:
             node.args = self._node_args(node)
+            if self.appendonly:
+                # server/aof.py's test hook: the AOF's size at its last fsync
+                # (the power-loss fault, chaos/disk.py, cuts the file there).
+                node.env[SYNCED_SIZE_ENV] = "1"
             node.start()
 
     def wait_formed(self, timeout: float = 30.0, nodes: list[Node] | None = None) -> None:

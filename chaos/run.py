@@ -25,6 +25,7 @@ from pathlib import Path
 
 from chaos import netns
 from chaos.checker import CheckResult, check
+from chaos.disk import power_loss_lines
 from chaos.history import HistoryWriter, read_history
 from chaos.launcher import ChaosCluster, child_env
 from chaos.report import summary_table, write_reports, write_summary
@@ -130,6 +131,8 @@ def _outcome(scenario: Scenario, seed: int, folder: Path) -> RunOutcome:
     write_reports(result, recorded, folder / "report.json", folder / "report.html")
     errors = [e["message"] for e in recorded.events if e["type"] == "error"]
     table = summary_table(result, recorded)
+    if result.power_loss:
+        table += "\n" + power_loss_lines(result)
     for error in errors:
         table += f"\n!! workload: {error}"
     return RunOutcome(scenario.name, seed, result, folder, table, errors, kind=scenario.kind)

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from chaos import disk
 from chaos.history import HistoryWriter
 from chaos.launcher import ChaosCluster, Node
 from chaos.netns import LossRules
@@ -158,6 +159,21 @@ class Faults:
         rules.add()
         return self._start("packet-loss", rules.remove, probability=probability,
                            links=[f"{a}->{b}" for a, b in links], nodes=list(nodes))
+    # -- disks and power (chaos/disk.py) ------------------------------------------------
+    def aof_truncate(self, node: Node, rng: random.Random, load_truncated: bool = True) -> int:
+        return disk.aof_truncate(self, node, rng, load_truncated)
+
+    def aof_bitflip(self, node: Node, rng: random.Random) -> int:
+        return disk.aof_bitflip(self, node, rng)
+
+    def disk_full(self, node: Node) -> int:
+        return disk.disk_full(self, node, self.cluster.appendfsync)
+
+    def power_loss(self, rng: random.Random) -> int:
+        return disk.power_loss(self, rng, self.cluster.appendfsync)
+
+    def backlog(self) -> int:
+        return disk.backlog(self)
 
 
 # ------------------------------------------------------------------------------
@@ -299,6 +315,42 @@ def _one_way_pair(rng: random.Random, names: list[str]) -> list[tuple[str, str]]
     return [(a, b)]
 
 
+def _rounds(f: Faults, t0: float, s: float, n: int, apply: Callable[[int], int]) -> None:
+    """``n`` windows spread over 15%..80% of the run, ``apply(i)`` in each."""
+    step = 0.65 / n
+    for i in range(n):
+        start = 0.15 + i * step
+        _window(f, t0, s, start, start + step / 2, lambda: apply(i))
+
+
+def aof_truncate(f, rng, t0, s):
+    """A node's AOF cut while it is down, once per 30 s (twice at least): it
+    repairs the torn tail itself, or, started with aof-load-truncated no every
+    other time, refuses naming the offset and the operator fixes the file."""
+    _rounds(f, t0, s, max(2, int(s // 30)), lambda i: f.aof_truncate(
+        rng.choice(f.cluster.nodes), rng, load_truncated=i % 2 == 0))
+
+
+def aof_bitflip(f, rng, t0, s):
+    """A stopped node's AOF damaged (a record twice, a bit flipped), once per 30 s."""
+    _rounds(f, t0, s, max(1, int(s // 30)),
+            lambda i: f.aof_bitflip(rng.choice(f.cluster.nodes), rng))
+
+
+def disk_full(f, rng, t0, s):
+    node = rng.choice(f.cluster.nodes)
+    _window(f, t0, s, 0.2, 0.6, lambda: f.disk_full(node))
+
+
+def power_loss(f, rng, t0, s):
+    """Deliveries paused from 30% of the run, every node's power cut at 50%
+    and back at 55%, deliveries resumed."""
+    f.sleep_until(0.3 * s, t0)
+    paused = f.backlog()
+    _window(f, t0, s, 0.5, 0.55, lambda: f.power_loss(rng))
+    f.stop(paused)
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("majority-minority", "the cluster split in a majority and a minority",
              majority_minority),
@@ -324,3 +376,24 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("mixed", "random faults of every kind, one after another", mixed, kind="mixed",
              appendonly=True, appendfsync="always"),
 )}
+# Disk and power faults (issue 25; chaos/disk.py). One node's damaged AOF costs
+# its copies: only jobs with another copy are promised to survive it, so no
+# REPLICATE 1 (nor RETRY 0) jobs in aof-truncate and aof-bitflip. A power loss
+# costs what the policy allows (chaos/disk.py POWER_LOSS_WINDOW, the checker's
+# power_loss figures).
+SCENARIOS.update({s.name: s for s in (
+    Scenario("aof-truncate", "a stopped node's AOF cut at a random point, then restarted",
+             aof_truncate, appendonly=True, replicate=(2, 3), retry0_share=0.0, kind="disk"),
+    Scenario("aof-bitflip", "a bit flipped and a record duplicated in a stopped node's AOF",
+             aof_bitflip, appendonly=True, replicate=(2, 3), retry0_share=0.0, kind="disk"),
+    Scenario("disk-full", "a node's AOF unwritable under everysec (-MISCONF), then space back",
+             disk_full, appendonly=True, appendfsync="everysec", kind="disk"),
+    Scenario("disk-full-always", "a node's AOF unwritable under always (it exits), then "
+             "space back", disk_full, appendonly=True, appendfsync="always", kind="disk"),
+    Scenario("power-loss", "every node loses power at once (appendfsync always)", power_loss,
+             appendonly=True, appendfsync="always", kind="power"),
+    Scenario("power-loss-everysec", "every node loses power at once (appendfsync everysec)",
+             power_loss, appendonly=True, appendfsync="everysec", kind="power"),
+    Scenario("power-loss-no", "every node loses power at once (appendfsync no)", power_loss,
+             appendonly=True, appendfsync="no", kind="power"),
+)})

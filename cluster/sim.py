@@ -35,7 +35,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from broker.aof_format import file_header
+from broker.aof_format import (
+    FILE_HEADER_SIZE, REC_HEADER_SIZE, AOFError, BadHeader, Scanner, check_chunks, file_header,
+)
 from cluster.membership import Membership
 from cluster.outputs import DropLink, Link, NodeEvent, SaveConfig, Send
 from protocol.bus import decode_body, encode_body
@@ -125,6 +127,58 @@ class SimDisk:
         """The file as a restarted process reads it (header added by the reader)."""
         data = self.synced + self.unsynced
         return file_header() + b"".join(data) if data else b""
+
+    # -- damage: what a disk does to a stopped host's file (the chaos suite's
+    # aof-truncate, aof-bitflip and power-loss faults, chaos/disk.py). Offsets
+    # are the file's (header included); damage stays past the file header. The
+    # ids written are kept as they were: ``holds`` then says what was written,
+    # not what survived.
+
+    def records(self) -> list:
+        """(offset, end) of each whole record of the file, in order."""
+        out = []
+        scanner = Scanner()
+        image = self.image()
+        for offset, payload in scanner.feed(image):
+            out.append((offset, offset + REC_HEADER_SIZE + len(payload)))
+        return out
+
+    def _set(self, image: bytes) -> None:
+        body = image[FILE_HEADER_SIZE:]
+        self.synced = [body] if body else []
+        self.unsynced = []
+
+    def truncate(self, offset: int) -> None:
+        """The file cut at ``offset`` (a crash mid-write, a lost tail)."""
+        self._set(self.image()[:max(offset, FILE_HEADER_SIZE)])
+
+    def flip_bit(self, bit: int) -> None:
+        """Bit ``bit`` of the file inverted (a disk's silent corruption)."""
+        image = bytearray(self.image())
+        image[bit // 8] ^= 1 << (bit % 8)
+        self._set(bytes(image))
+
+    def duplicate(self, start: int, end: int) -> None:
+        """The bytes ``start:end`` (a record) written twice in a row."""
+        image = self.image()
+        self._set(image[:end] + image[start:end] + image[end:])
+
+    def torn_write(self, keep: int) -> None:
+        """A power cut in the middle of writing back the unsynced data: its
+        first ``keep`` bytes reached the disk (the next ``crash`` drops the rest)."""
+        data = b"".join(self.unsynced)[:keep]
+        if data:
+            self.synced.append(data)
+        self.unsynced = []
+
+    def check_aof_fix(self, force: bool) -> Any:
+        """``disquette-check-aof --fix [--force]`` on this file: a torn tail
+        (and, with ``force``, corruption) cut off. Returns the check's Summary."""
+        summary = check_chunks([self.image()])
+        damage = summary.corrupt if force and summary.corrupt is not None else summary.torn
+        if damage is not None and not isinstance(damage, BadHeader):
+            self.truncate(damage.offset)
+        return summary
 
 
 @dataclass(eq=False)
@@ -224,6 +278,20 @@ class Simulation:
     def restart(self, name: str) -> SimHost:
         self.crash(name)
         return self.start(name)
+
+    def boot(self, name: str) -> str | None:
+        """Start ``name`` as an operator does after damage: None when it runs,
+        else why it refused to start (its AOF is damaged: the reason names the
+        byte offset), the host staying down."""
+        host = self.hosts[name]
+        try:
+            self.start(name)
+        except AOFError as e:
+            host.alive = False
+            host.node = None
+            self._record("refused", name, str(e))
+            return str(e)
+        return None
 
     def alive_hosts(self) -> list[SimHost]:
         return [h for h in self.hosts.values() if h.alive]

@@ -39,6 +39,9 @@ log = logging.getLogger("server.aof")
 # flush and ten times a second (as Redis's serverCron), with rewrite retries.
 CRON_INTERVAL = 0.1
 REWRITE_RETRY = 5.0                     # seconds before a failed wait_rewrite starts again
+# For tests only (the chaos suite's power-loss fault, chaos/disk.py): see SyncedSizeNote.
+SYNCED_SIZE_ENV = "DISQUETTE_TEST_SYNCED_SIZE"
+SYNCED_SUFFIX = ".synced"
 
 
 def _now_ms() -> int:
@@ -85,6 +88,7 @@ class AppendOnlyFile:
         self.progress = LoadProgress()
         self.loaded_jobs = 0
         self.last_time_mark = -1        # aof-history: the ms of the last T record
+        self.synced_note = SyncedSizeNote.from_env(self.path)   # tests only
 
     # ----------------------------------------------------- the driver's input
     def append(self, records: list) -> None:
@@ -175,18 +179,21 @@ class AppendOnlyFile:
             os._exit(1)
         raise OSError("fatal AOF error")
 
-    def _timed_fdatasync(self, fd: int) -> None:
-        """fdatasync, timed (runs in the main thread or the bio thread)."""
+    def _timed_fdatasync(self, fd: int, size: int = -1) -> None:
+        """fdatasync, timed (runs in the main thread or the bio thread);
+        ``size``: the file's size when it was asked for (the test hook's)."""
         start = time.perf_counter_ns()
         fdatasync(fd)
         ns = time.perf_counter_ns() - start
         self.fsyncs += 1
         self.fsync_ns += ns
         self.fsync_latency[min(ns.bit_length(), 63)] += 1
+        if self.synced_note is not None:
+            self.synced_note.synced(size)
 
     def _fsync_now(self) -> None:
         try:
-            self._timed_fdatasync(self.fd)
+            self._timed_fdatasync(self.fd, self.current_size)
         except OSError as e:
             log.warning("Can't fsync the append-only file: %s", e.strerror)
             if self.policy.errors_are_fatal():
@@ -206,7 +213,7 @@ class AppendOnlyFile:
             self.delayed_fsync += 1         # the disk is slow: try again in a second
             return
         self.unsynced = False
-        self.fsync_future = self.bio.submit(self._timed_fdatasync, self.fd)
+        self.fsync_future = self.bio.submit(self._timed_fdatasync, self.fd, self.current_size)
 
     def fsync_in_progress(self) -> bool:
         f = self.fsync_future
@@ -238,6 +245,8 @@ class AppendOnlyFile:
     def _open_append(self) -> None:
         self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.current_size = self.base_size = os.fstat(self.fd).st_size
+        if self.synced_note is not None:
+            self.synced_note.opened(self.current_size)
 
     def start_cron(self) -> None:
         if self.cron_handle is None:
@@ -266,6 +275,8 @@ class AppendOnlyFile:
         if fd is not None:
             self.bio.submit(os.close, fd)
         self.bio.shutdown(wait=True)
+        if self.synced_note is not None:
+            self.synced_note.close()
         self.state = "off"
 
     def shutdown(self, mode) -> None:
@@ -326,6 +337,8 @@ class AppendOnlyFile:
         tmp_fd = rw.fd
         rw.fd = None
         self.bio.submit(fsync_close_dir, tmp_fd, old_fd, self.path)
+        if self.synced_note is not None:    # tests only: once the fsync above is done
+            self.bio.submit(self.synced_note.synced, rw.size)
         self.rewrite = None
         self.last_time_mark = -1
         self.outbuf = b""       # those records were captured by the rewrite
@@ -459,3 +472,35 @@ class AppendOnlyFile:
         if self.state == "loading":
             fields += self.progress.info_fields()
         return fields
+
+
+class SyncedSizeNote:
+    """For tests only: with ``DISQUETTE_TEST_SYNCED_SIZE=1`` in the environment,
+    the AOF's size at its last fsync is kept in ``<appendfilename>.synced``
+    (one decimal number), so a test can cut the file there after kill -9 and
+    lose what a power cut would lose (the page cache survives a process kill:
+    chaos/disk.py's power-loss fault). It only records; it decides nothing."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path + SYNCED_SUFFIX
+        existed = os.path.exists(self.path)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.known = existed            # a previous process's note stands
+
+    @classmethod
+    def from_env(cls, aof_path: str) -> "SyncedSizeNote | None":
+        return cls(aof_path) if os.environ.get(SYNCED_SIZE_ENV) else None
+
+    def opened(self, size: int) -> None:
+        """The file as opened at start: durable (a new file is created and
+        fsynced) unless a previous process's note says less."""
+        if not self.known:
+            self.synced(size)
+
+    def synced(self, size: int) -> None:
+        if size >= 0:
+            os.pwrite(self.fd, b"%20d\n" % size, 0)
+            self.known = True
+
+    def close(self) -> None:
+        os.close(self.fd)

@@ -105,8 +105,12 @@ class InProcessNode:
         image = disk.image()
         if image:
             loader = fmt.Loader(node, self.clock(), self.config.aof_enqueue_jobs_once)
-            loader.feed(image)
-            loader.finish()
+            loader.feed(image)      # damage: CorruptAOF, naming the offset
+            torn = loader.finish()
+            if torn is not None:    # as server/aof_load.py's settle
+                if not self.config.aof_load_truncated:
+                    raise fmt.AOFError(torn.offset, f"{torn} (aof-load-truncated no)")
+                disk.truncate(torn.offset)
         self.driver.set_aof(DiskAOF(node, self.config, disk, self.clock))
 
     # -- clients ---------------------------------------------------------------------

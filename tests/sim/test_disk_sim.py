@@ -11,12 +11,18 @@ survives a power loss, so a writer with its own copy of the rules fails here.
 
 from __future__ import annotations
 
+import os
 import random
 
+import pytest
+
+from broker import aof_format as fmt
+from broker.aof_format import FILE_HEADER_SIZE, REC_HEADER_SIZE, file_header
 from broker.aof_policy import EVERYSEC_MS, AOFPolicy
 from cluster.sim import SimDisk, Simulation
 from protocol.resp import Error, Status
 from server.sim_node import broker_factory
+from tests.sim.workload import Workload
 
 
 def one_node(policy=None, **directives):
@@ -200,3 +206,251 @@ def test_a_failed_write_under_everysec_refuses_new_jobs_until_it_works():
     host.disk.fail_writes = False
     sim.run_for(200)                    # the next flush writes what waited
     assert isinstance(command(sim, host, "ADDJOB", "q", "body", 0), Status)
+
+
+# ------------------------------------------------------------- disk damage
+# The chaos suite's disk faults (chaos/disk.py), on the simulated disk: a file
+# cut at a random point, a bit flipped, a record written twice, a power cut in
+# the middle of writing back. DISK_SIM_SEEDS (default 200; 10,000 between real
+# runs) sets how many seeds each sweep below runs.
+DISK_SEEDS = int(os.environ.get("DISK_SIM_SEEDS", "200"))
+CHUNKS = 20                     # each sweep is split so a chunk stays within the timeout
+
+
+def chunk_seeds(chunk: int, total: int = DISK_SEEDS) -> range:
+    per = max(1, total // CHUNKS)
+    return range(chunk * per, (chunk + 1) * per)
+
+
+def busy_node(seed: int, **directives):
+    """A one-node simulation whose AOF holds every kind of record: jobs added
+    (one and several a turn), acked, deleted, delivered (RETRY 0). Ends
+    crashed, with everything fsynced (appendfsync always)."""
+    rng = random.Random(seed)
+    sim, host = one_node(appendonly="yes", appendfsync="always", **directives)
+    for i in range(rng.randint(3, 25)):
+        sim.run_for(rng.choice([1, 20, 300]))
+        jid = command(sim, host, "ADDJOB", "q", f"job-{seed}-{i}", 0,
+                      "RETRY", rng.choice([0, 5]))
+        x = rng.random()
+        if x < 0.2:
+            command(sim, host, "ACKJOB", jid)
+        elif x < 0.3:
+            command(sim, host, "DELJOB", jid)
+        elif x < 0.5:
+            command(sim, host, "GETJOB", "NOHANG", "FROM", "q")
+    sim.crash(host.name)
+    return sim, host, rng
+
+
+def jobs_of(host) -> dict:
+    return {j.id: (j.state, bytes(j.body)) for j in host.node.node.iter_jobs()}
+
+
+def loads_as(image: bytes) -> dict:
+    """The jobs a node loads from ``image`` (a fresh node on a fresh disk)."""
+    sim, host = one_node(appendonly="yes", appendfsync="always")
+    sim.crash(host.name)
+    host.disk = SimDisk()
+    if len(image) > FILE_HEADER_SIZE:
+        host.disk.write(image[FILE_HEADER_SIZE:])
+        host.disk.fsync()
+    assert sim.boot(host.name) is None
+    return jobs_of(host)
+
+
+def record_at(disk: SimDisk, offset: int) -> tuple[int, int]:
+    return next((start, end) for start, end in disk.records() if start <= offset < end)
+
+
+def flip_one_bit(seed: int) -> str:
+    """Any bit of any record: the node refuses to start naming the offset of
+    the damaged record; after ``disquette-check-aof --fix --force`` it loads
+    exactly the records before it. A flip in the last record's payload looks
+    like a write that did not reach the disk: that record is dropped (the
+    torn-tail rule), the rest loads. Returns "refused" or "torn"."""
+    sim, host, rng = busy_node(seed)
+    disk = host.disk
+    size = len(disk.image())
+    bit = rng.randrange(FILE_HEADER_SIZE * 8, size * 8)
+    start, end = record_at(disk, bit // 8)
+    last = end == size and bit // 8 >= start + REC_HEADER_SIZE
+    prefix = loads_as(disk.image()[:start])
+    disk.flip_bit(bit)
+    reason = sim.boot(host.name)
+    if last:
+        assert reason is None, (seed, reason)
+    else:
+        assert reason is not None and reason.endswith(f"at byte offset {start}"), (seed, reason)
+        disk.check_aof_fix(force=True)
+        assert sim.boot(host.name) is None, seed
+    assert jobs_of(host) == prefix, seed
+    return "torn" if last else "refused"
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_a_flipped_bit_is_refused_naming_its_record_never_loaded_as_something_else(chunk):
+    for seed in chunk_seeds(chunk):
+        flip_one_bit(seed)
+
+
+def test_the_flips_reach_both_outcomes():
+    assert {flip_one_bit(seed) for seed in range(100)} == {"refused", "torn"}
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_a_truncation_loads_a_prefix_or_is_refused_naming_the_offset(chunk):
+    """A file cut anywhere: with aof-load-truncated yes (the default) the node
+    cuts the torn record and loads the whole records before it; with no, it
+    refuses naming where the good data ends, and loads the same after
+    ``disquette-check-aof --fix``."""
+    for seed in chunk_seeds(chunk):
+        load_truncated = seed % 2 == 0
+        sim, host, rng = busy_node(seed, aof_load_truncated="yes" if load_truncated else "no")
+        disk = host.disk
+        cut = rng.randrange(FILE_HEADER_SIZE, len(disk.image()) + 1)
+        whole = max((end for _, end in disk.records() if end <= cut), default=FILE_HEADER_SIZE)
+        prefix = loads_as(disk.image()[:whole])
+        disk.truncate(cut)
+        reason = sim.boot(host.name)
+        if cut == whole or load_truncated:
+            assert reason is None, (seed, reason)
+        else:
+            assert reason is not None and f"at byte offset {whole}" in reason, (seed, reason)
+            assert disk.check_aof_fix(force=False).torn.offset == whole
+            assert sim.boot(host.name) is None, seed
+        assert jobs_of(host) == prefix, seed
+        assert len(disk.image()) in (0, whole), seed      # the torn bytes are gone
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_a_record_written_twice_loads_as_written_once(chunk):
+    for seed in chunk_seeds(chunk):
+        sim, host, rng = busy_node(seed)
+        disk = host.disk
+        original = loads_as(disk.image())
+        start, end = rng.choice(disk.records())
+        disk.duplicate(start, end)
+        assert sim.boot(host.name) is None, seed
+        assert jobs_of(host) == original, seed
+
+
+def test_a_flipped_file_header_is_refused_at_offset_zero():
+    rng = random.Random(1)
+    for _ in range(50):
+        image = bytearray(file_header() + fmt.encode_time(1))
+        image[rng.randrange(FILE_HEADER_SIZE)] ^= 1 << rng.randrange(8)
+        _, host = one_node()
+        try:
+            fmt.Loader(host.node.node, 0).feed(bytes(image))
+        except fmt.CorruptAOF as e:
+            assert e.offset == 0
+        else:
+            raise AssertionError("a damaged file header loaded")
+
+
+def power_cut_run(seed: int, fsync: str):
+    """ADDJOBs at seeded times, then a power cut in the middle of writing
+    back: a seeded part of the unsynced bytes reached the disk. Returns
+    {job id: time acknowledged}, the ids that survived, the cut's time."""
+    rng = random.Random(seed)
+    sim, host = one_node(appendonly="yes", appendfsync=fsync)
+    acked = {}
+    for i in range(rng.randint(5, 40)):
+        sim.run_for(rng.choice([1, 5, 50, 300, 900]))
+        acked[command(sim, host, "ADDJOB", "q", f"job-{i}", 0)] = sim.now
+    unsynced = sum(len(c) for c in host.disk.unsynced)
+    host.disk.torn_write(rng.randint(0, unsynced))
+    power_loss = sim.now
+    sim.crash(host.name)
+    assert sim.boot(host.name) is None, seed        # a torn tail: repaired by the node
+    survived = {jid for jid in acked if command(sim, host, "SHOW", jid) is not None}
+    return acked, survived, power_loss
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_a_power_cut_mid_write_loses_only_what_the_policy_allows(chunk):
+    """always: nothing acknowledged; everysec: only the last second's; the
+    torn tail a cut leaves is repaired by the node itself."""
+    for seed in chunk_seeds(chunk, DISK_SEEDS // 4):
+        acked, survived, _ = power_cut_run(seed, "always")
+        assert survived == set(acked), seed
+        acked, survived, power_loss = power_cut_run(seed, "everysec")
+        assert all(power_loss - acked[j] < EVERYSEC_MS + 100 for j in set(acked) - survived), seed
+
+
+class DamagedDiskWorkload(Workload):
+    """The seeded cluster workload (tests/sim/workload.py) under appendfsync
+    always, where one fault is a host whose disk is damaged while it is down
+    (cut, a bit flipped, a record written twice), recovered as an operator
+    does: restart; if it refuses, ``disquette-check-aof --fix --force`` and
+    restart. One damaged disk per run: its copies are lost, the others are
+    not, so no job acknowledged with REPLICATE >= 2 may be lost."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed, fsync="always")
+        self.disk_rng = random.Random(seed ^ 0xD15C)
+        self.damaged: str | None = None
+        self.damaged_at = 0
+        self.refusals: list[str] = []
+
+    def fault(self) -> None:
+        if self.damaged is None and self.disk_rng.random() < 0.7:
+            self.damage()
+        else:
+            super().fault()
+
+    def damage(self) -> None:
+        rng = self.disk_rng
+        victim = self.damaged = rng.choice(self.names)
+        self.sim.crash(victim)
+        self.crashed_at[victim].append(self.sim.now)
+        disk = self.sim.hosts[victim].disk
+        records = disk.records()
+        if records:
+            kind = rng.choice(["truncate", "bitflip", "duplicate"])
+            if kind == "truncate":
+                disk.truncate(rng.randrange(FILE_HEADER_SIZE, records[-1][1]))
+            elif kind == "bitflip":
+                disk.flip_bit(rng.randrange(FILE_HEADER_SIZE * 8, records[-1][1] * 8))
+            else:
+                disk.duplicate(*rng.choice(records))
+        self.damaged_at = self.sim.now
+        self.later(rng.randint(200, 3000), lambda: self.restart(victim))
+
+    def ack_lost(self, jid: bytes, name: str) -> bool:
+        """The damage may have cut the ack's record: a RETRY 0 job acked
+        before it comes back active on the damaged host (never queued again
+        by a load, it waits for its TTL, as after an everysec crash)."""
+        t = self.acked_at.get(jid)
+        return super().ack_lost(jid, name) or (
+            name == self.damaged and t is not None and t <= self.damaged_at)
+
+    def restart(self, name: str) -> None:
+        host = self.sim.hosts[name]
+        if host.alive:
+            return
+        reason = self.sim.boot(name)
+        if reason is not None:
+            self.refusals.append(reason)
+            host.disk.check_aof_fix(force=True)
+            self.sim.start(name)
+        self.consume(name, host.incarnation)
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_one_damaged_disk_loses_no_job_with_two_copies(chunk):
+    violations = []
+    for seed in chunk_seeds(chunk, DISK_SEEDS // 4):
+        violations += DamagedDiskWorkload(seed).run().violations
+    assert not violations, "\n".join(violations[:20])
+
+
+def test_the_damaged_disks_are_refused_and_recovered():
+    """The sweep's faults bite: disks get damaged, some so that the node
+    refuses them and the operator's fix is needed."""
+    runs = [DamagedDiskWorkload(seed) for seed in range(30)]
+    for w in runs:
+        w.run()
+    assert sum(w.damaged is not None for w in runs) > 10
+    assert sum(len(w.refusals) for w in runs) > 2

@@ -44,7 +44,7 @@ class Report:
 
 class Workload:
     def __init__(self, seed: int, *, nodes: int | None = None, jobs: int | None = None,
-                 chaos_ms: int = 5000, faults: bool = True) -> None:
+                 chaos_ms: int = 5000, faults: bool = True, fsync: str | None = None) -> None:
         self.seed = seed
         self.rng = random.Random(seed * 1_000_003 + 17)
         rng = self.rng
@@ -61,7 +61,8 @@ class Workload:
         # Half of those rewrite the AOF whenever it doubles (the policy of
         # broker/aof_policy.py decides, as in production), however small.
         disk_rng = random.Random(seed ^ 0xA0F)
-        self.fsync = disk_rng.choice(["off", "off", "off", "always", "always", "everysec"])
+        drawn = disk_rng.choice(["off", "off", "off", "always", "always", "everysec"])
+        self.fsync = fsync or drawn         # (a test may ask for one policy)
         self.rewrites = disk_rng.random() < 0.5
         directives = {"cluster_node_timeout": 1000}
         if self.fsync != "off":
