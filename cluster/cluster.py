@@ -23,7 +23,7 @@ import logging
 from typing import Any, Callable, Iterable
 
 from broker import lifecycle
-from broker.job import FLAG_BCAST_QUEUED, Job
+from broker.job import ACKED, FLAG_BCAST_QUEUED, Job
 from broker.node import Node
 from cluster import acks, federation, replication, requeue
 from cluster.membership import Membership
@@ -108,6 +108,9 @@ class Cluster:
         self.importing = False
         self.push_pending: set[bytes] = set()    # queues with jobs for nodes that asked
         self.tombstones: dict[bytes, int] = {}   # deleted job id -> until (insertion order)
+        # the tombstones of jobs deleted acked: a copy moved to us later is
+        # answered with SETACK (federation.on_yourjobs), not bounced for 30 s
+        self.acked_tombstones: dict[bytes, int] = {}
         # (ext) job id -> until: a QUEUED or WILLQUEUE for a job we did not hold
         # yet. Its REPLJOB may come later (another link): a held copy is then
         # released at once (requeue.released_early).
@@ -287,6 +290,8 @@ class Cluster:
     def job_deleted(self, job: Job) -> None:
         if job.nodes_delivered:
             self.tombstone(job.id)
+            if job.state == ACKED:
+                _remember(self.acked_tombstones, job.id, self.broker.clock() + TOMBSTONE_MS)
         if self.pending:
             replication.job_deleted(self, job)
 
@@ -304,6 +309,7 @@ class Cluster:
 
     def tick(self, now: int) -> None:
         _forget_expired(self.tombstones, now)
+        _forget_expired(self.acked_tombstones, now)
         _forget_expired(self.heard_queued, now)
         if now >= self.next_membership_tick:    # the node table wants ~10 Hz
             self.next_membership_tick = now + MEMBERSHIP_TICK_MS

@@ -128,6 +128,12 @@ def on_yourjobs(cluster, sender: str, jobs, now: int) -> None:
     cluster.importing = True    # imported jobs are not pushed on to other askers
     for fields in jobs:
         if cluster.is_tombstoned(fields[0]) and broker.get_job(fields[0]) is None:
+            if fields[0] in cluster.acked_tombstones:
+                # A copy that missed the ack (a node that was down, an AOF that
+                # lost its ack record): acked here, so acked there too; dropped
+                # silently, its holder would queue it every RETRY until the
+                # tombstone expires, then deliver an acked job again.
+                cluster.send(sender, B.SETACK, [fields[0], 0])
             continue
         job = lifecycle.adopt_moved(broker, fields, sender, now)
         if job is None:
