@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable
 
 import redis
 
+from chaos.clock import FakeClock
 from chaos.toxiproxy_client import ChaosProxy, ChaosToxiproxy
 
 HOST = "127.0.0.1"
@@ -109,6 +110,7 @@ class Node:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
+        self.env: dict[str, str] = {}      # added to the child's (libfaketime: chaos/clock.py)
 
     @property
     def addr(self) -> str:
@@ -125,7 +127,8 @@ class Node:
         argv = [sys.executable, "-m", "broker", "--port", str(self.port),
                 "--dir", str(self.dir), *self.args]
         with open(self.dir / "stdout.log", "ab") as log:
-            self.proc = subprocess.Popen(argv, cwd=self.dir, env=child_env(), stdin=subprocess.DEVNULL,
+            self.proc = subprocess.Popen(argv, cwd=self.dir, env={**child_env(), **self.env},
+                                         stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT)
         self.paused = False
         wait_for(self._answers, timeout, f"{self.name} ({self.addr}) to answer PING")
@@ -203,7 +206,8 @@ class ChaosCluster:
     def __init__(self, size: int, *, workdir: str | Path | None = None,
                  toxiproxy_url: str | None = None, node_timeout_ms: int = 2000,
                  appendonly: bool = False, appendfsync: str = "everysec",
-                 seed: int | None = None, extra_args: Iterable[str] = ()) -> None:
+                 seed: int | None = None, extra_args: Iterable[str] = (),
+                 faketime: bool = False, clock_offsets: dict[str, float] | None = None) -> None:
         if size < 2:
             raise ValueError("a chaos cluster needs at least 2 nodes")
         self.size = size
@@ -219,6 +223,11 @@ class ChaosCluster:
         self.links: dict[tuple[str, str], ChaosProxy] = {}
         self.proxy_server: ProxyServer | None = None
         self.api: ChaosToxiproxy | None = None
+        # Clock faults (chaos/clock.py): every node under libfaketime, its clock
+        # set off by clock_offsets (seconds, by node name) before it starts.
+        self.faketime = faketime
+        self.clock_offsets = dict(clock_offsets or {})
+        self.clocks: dict[str, FakeClock] = {}
 
     # -- start and stop --------------------------------------------------------
     def start(self, timeout: float = 30.0) -> "ChaosCluster":
@@ -265,6 +274,10 @@ class ChaosCluster:
     def _start_nodes(self) -> None:
         for node in self.nodes:
             node.args = self._node_args(node)
+            if self.faketime:
+                clock = FakeClock(node.dir / "faketime", self.clock_offsets.get(node.name, 0.0))
+                self.clocks[node.name] = clock
+                node.env = clock.env()
             node.start()
 
     def wait_formed(self, timeout: float = 30.0, nodes: list[Node] | None = None) -> None:

@@ -21,7 +21,7 @@ from chaos.checker import CheckResult, check
 from chaos.history import HistoryWriter, read_history
 from chaos.launcher import ChaosCluster
 from chaos.report import summary_table, write_reports
-from chaos.scenarios import SCENARIOS, Faults, Scenario
+from chaos.scenarios import SCENARIOS, Faults, Scenario, cluster_options
 from chaos.workload import Workload, WorkloadSpec
 
 
@@ -49,7 +49,8 @@ def run_scenario(scenario: Scenario, *, nodes: int, seconds: float, seed: int, o
     rng = random.Random(f"{seed}-{scenario.name}")
     cluster = ChaosCluster(nodes, workdir=folder / "nodes", toxiproxy_url=toxiproxy_url,
                            node_timeout_ms=node_timeout_ms, appendonly=scenario.appendonly,
-                           appendfsync=scenario.appendfsync, seed=seed)
+                           appendfsync=scenario.appendfsync, seed=seed,
+                           **cluster_options(scenario, rng, nodes))
     spec = WorkloadSpec(rate=rate, replicate=scenario.replicate,
                         retry0_share=scenario.retry0_share)
     history_path = folder / "history.jsonl"
