@@ -16,7 +16,9 @@ import sys
 
 import pytest
 
+from chaos.checker import check
 from chaos.history import read_history
+from tests.chaos.crafted import Run
 from tests.harness import REPO_ROOT
 
 pytestmark = pytest.mark.xdist_group("chaos-run")
@@ -108,3 +110,60 @@ def test_a_strobing_clock_does_not_run_ahead(out):
     assert {e["node"] for e in steps} == {strobe["detail"]["node"]}
     # Each flip forward would add delta to a clock that followed them all.
     assert max(e["node_lead"] for e in steps if e["node_lead"] is not None) <= delta + 1.0
+
+
+# -- the checker's clock invariants, on crafted histories -----------------------
+def probe_run(tmp_path, *, held, gone_at=None, steps=()):
+    """One probe (TTL 5 s, REPLICATE 2, added on n1 at 0), the holders seen at
+    1 s, gone from every node at ``gone_at``; ``steps``: (t, node, step) clock
+    steps. Returns the verdict."""
+    run = Run(tmp_path / "history.jsonl")
+    jid = "D-00000000-probe000000000000000000-0001"
+    run.at(0.05).w.event("probe", phase="add", id=jid, node="n1", ttl=5, replicate=2,
+                         retry=1, t_invoke=0.0)
+    run.at(1.0).w.event("probe", phase="held", id=jid, holders=held)
+    for t, node, step in steps:
+        run.at(t).w.event("clock", node=node, offset=step, step=step, node_lead=step)
+    if gone_at is not None:
+        run.at(gone_at).w.event("probe", phase="gone", id=jid, t0=gone_at - 0.01)
+    run.job(6.0)
+    return check(read_history(run.finish(7.0)))
+
+
+def test_a_probe_gone_before_its_ttl_fails_the_run(tmp_path):
+    r = probe_run(tmp_path, held=["n1", "n2"], gone_at=3.0)
+    assert not r.valid and r.expired_early == 1 and r.copies_expired_early == 2
+    assert any("expired before their TTL" in p for p in r.problems)
+
+
+def test_a_probe_gone_after_its_ttl_or_after_forward_steps_is_fine(tmp_path):
+    assert probe_run(tmp_path, held=["n1", "n2"], gone_at=5.2).valid
+    r = probe_run(tmp_path, held=["n1", "n2"], gone_at=3.0,
+                  steps=[(2.0, "n1", 30.0), (2.5, "n2", 30.0)])
+    assert r.valid and r.expired_early == 0 and r.expired_early_allowed == 1
+    # One holder's clock stepped back, not forward: nothing excuses its copy.
+    r = probe_run(tmp_path, held=["n1", "n2"], gone_at=3.0,
+                  steps=[(2.0, "n1", 30.0), (2.5, "n2", -30.0)])
+    assert not r.valid and r.copies_expired_early == 1
+
+
+def test_a_copy_missing_at_the_first_look_is_a_copy_expired_early(tmp_path):
+    r = probe_run(tmp_path, held=["n1"])        # REPLICATE 2 was answered
+    assert not r.valid and r.copies_expired_early == 1 and r.expired_early == 0
+
+
+def test_a_job_delivered_again_and_again_is_a_requeue_storm(tmp_path):
+    def run_with(nack: bool):
+        run = Run(tmp_path / f"storm-{nack}.jsonl")
+        _, value, jid = run.add(0.0)
+        for i in range(6):
+            run.deliver(0.1 + i * 0.15, value, jid)
+            if nack:
+                run.at(0.15 + i * 0.15).w.nacked(jid, "n2", 1)
+        run.ack(1.2, jid)
+        return check(read_history(run.finish(2.0)))
+
+    stormy = run_with(nack=False)
+    assert not stormy.valid and stormy.requeue_storms == 1
+    assert stormy.max_deliveries_per_job_s == 6
+    assert run_with(nack=True).valid            # asked for, each time

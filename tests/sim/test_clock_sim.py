@@ -24,6 +24,7 @@ from collections import defaultdict
 
 import pytest
 
+from broker.job import Job
 from cluster import replication
 from cluster.sim import Simulation
 from protocol import bus
@@ -80,7 +81,6 @@ def test_an_expire_time_crosses_the_bus_with_the_senders_clock():
 
 
 def _job():
-    from broker.job import Job
     return Job(b"D-0123abcd-%024d-0005" % 1, b"q", b"body", 1, 2, 65_000, 5_000 * 1_000_000,
                0, 5)
 
