@@ -25,21 +25,19 @@ from collections import defaultdict
 import pytest
 
 from broker.job import Job
+from chaos.checker import STORM_DELIVERIES
 from cluster import replication
 from cluster.sim import Simulation
 from protocol import bus
 from protocol.resp import Status
 from server.clock import STEP_MS, SteadyClock
 from server.sim_node import broker_factory
-from tests.sim.workload import Workload
+from tests.sim.workload import Workload, clock_fault
 from tests.unit.test_bus_frames import read_all, sample
 
 TOTAL_SEEDS = int(os.environ.get("SIM_CLOCK_SEEDS", "100"))
 CHUNKS = 4
 PER_CHUNK = max(1, TOTAL_SEEDS // CHUNKS)
-# chaos/checker.py's bound: more deliveries of one job within a second, with
-# no NACK between them, is a requeue storm.
-STORM_DELIVERIES = 4
 
 
 # ----------------------------------------------------------- the node's clock
@@ -88,7 +86,7 @@ def _job():
 # ------------------------------------------------------------ delivery sweep
 def storms(w: Workload) -> list:
     """Jobs delivered more than STORM_DELIVERIES times within 1 s of true time
-    with no NACK between the deliveries."""
+    with no NACK between the deliveries (chaos/checker.py's requeue storm)."""
     times = defaultdict(list)
     for jid, t, _host in w.deliveries:
         times[jid].append(t)
@@ -167,19 +165,10 @@ def ttl_run(seed: int, codec=None) -> tuple[list[str], dict]:
     def holders(jid):
         return [n for n in names if sim.hosts[n].node.node.get_job(jid) is not None]
 
-    def clock_fault():
-        name = rng.choice(names)
-        delta = rng.choice([-1, 1]) * rng.choice([2_000, 10_000, 60_000])
-        if rng.random() < 0.3:
-            sim.strobe_clock(name, delta, rng.choice([50, 200, 500]),
-                             sim.now + rng.randint(500, 3000))
-        else:
-            sim.jump_clock(name, delta)
-
     for i in range(30):
         sim.at(sim.now + rng.randint(0, 6000), lambda s, i=i: add(i))
     for _ in range(rng.randint(1, 4)):
-        sim.at(sim.now + rng.randint(0, 6000), lambda s: clock_fault())
+        sim.at(sim.now + rng.randint(0, 6000), lambda s: clock_fault(sim, rng, names))
 
     def forward(name, since, until):
         return any(e[1] == "clock" and e[2] == name and e[3] > 0 and since <= e[0] <= until

@@ -386,15 +386,7 @@ class Workload:
         return host.name
 
     def clock_fault(self) -> None:
-        """One host's clock jumps forward or back, or strobes, seconds to a minute."""
-        rng = self.clock_rng
-        name = rng.choice(self.names)
-        delta = rng.choice([-1, 1]) * rng.choice([2_000, 10_000, 60_000])
-        if rng.random() < 0.3:
-            self.sim.strobe_clock(name, delta, rng.choice([50, 200, 500]),
-                                  self.sim.now + rng.randint(500, 3000))
-        else:
-            self.sim.jump_clock(name, delta)
+        clock_fault(self.sim, self.clock_rng, self.names)
 
     def restart(self, name: str) -> None:
         if not self.sim.hosts[name].alive:
@@ -582,4 +574,14 @@ class Workload:
         return r
 
 
-__all__ = ["Workload", "Report", "ACKED"]
+def clock_fault(sim: Simulation, rng: random.Random, names: list) -> None:
+    """One host's clock jumps forward or back, or strobes, seconds to a minute."""
+    name = rng.choice(names)
+    delta = rng.choice([-1, 1]) * rng.choice([2_000, 10_000, 60_000])
+    if rng.random() < 0.3:
+        sim.strobe_clock(name, delta, rng.choice([50, 200, 500]), sim.now + rng.randint(500, 3000))
+    else:
+        sim.jump_clock(name, delta)
+
+
+__all__ = ["Workload", "Report", "ACKED", "clock_fault"]
