@@ -294,12 +294,14 @@ def ttl_probes(events: list[dict[str, Any]]
                ) -> tuple[int, list[str], list[str], list[str], list[str]]:
     """The TTL probes (chaos/clock.py TtlProbe): how many, those no node held
     any more before their TTL was over by true time (from the add's invocation:
-    no node can start it earlier), and among those the ones allowed: every
-    node seen holding it had its clock step forward meanwhile (a node cannot
-    tell a jump from a stall, after which the time did pass: docs/operations.md,
+    no node can start it earlier), and among those the ones allowed: the
+    clock of its originator, or of every node seen holding it, stepped forward
+    meanwhile (a node cannot tell a jump from a stall, after which the time did
+    pass; a copy carries what is left by its sender's clock: docs/operations.md,
     Clocks). Then the copies ("id@node") a node dropped before the TTL was
-    over with no forward step of its clock (nor a kill) to excuse it: the
-    times that cross the bus must not let a skewed clock expire a copy early.
+    over with no forward step of its clock or its originator's (nor a kill)
+    to excuse it: the times that cross the bus must not let a skewed clock
+    expire a copy early.
     And the prober's errors."""
     adds: dict[str, dict[str, Any]] = {}
     holders: dict[str, set[str]] = defaultdict(set)
@@ -332,6 +334,9 @@ def ttl_probes(events: list[dict[str, Any]]
             gone.setdefault(e["id"], e["t"])
         elif phase == "error":
             errors.append(e.get("error", "?"))
+    def stepped(node: str, start: float, end: float) -> bool:
+        return any(start <= s <= end for s in forward.get(node, ()))
+
     early: list[str] = []
     allowed: list[str] = []
     for jid, add in adds.items():
@@ -339,8 +344,8 @@ def ttl_probes(events: list[dict[str, Any]]
         start = add["t_invoke"]
         if t is None or t >= start + add["ttl"]:
             continue
-        seen = holders[jid] or {add["node"]}
-        if all(any(start <= s <= t for s in forward[n]) for n in seen):
+        seen = (holders[jid] or {add["node"]}) | {add["node"]}
+        if stepped(add["node"], start, t) or all(stepped(n, start, t) for n in seen):
             allowed.append(jid)
         else:
             early.append(jid)
@@ -350,7 +355,7 @@ def ttl_probes(events: list[dict[str, Any]]
         if add is None or t >= add["t_invoke"] + add["ttl"]:
             continue
         suspects = [node] if node != "?" else [n for n in forward if n not in holders[jid]]
-        if not any(add["t_invoke"] <= s <= t for n in suspects for s in forward[n]):
+        if not any(stepped(n, add["t_invoke"], t) for n in suspects + [add["node"]]):
             copies.append(f"{jid}@{node}")
     return len(adds), early, allowed, sorted(set(copies)), errors
 

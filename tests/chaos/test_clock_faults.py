@@ -141,10 +141,13 @@ def test_a_probe_gone_after_its_ttl_or_after_forward_steps_is_fine(tmp_path):
     r = probe_run(tmp_path, held=["n1", "n2"], gone_at=3.0,
                   steps=[(2.0, "n1", 30.0), (2.5, "n2", 30.0)])
     assert r.valid and r.expired_early == 0 and r.expired_early_allowed == 1
-    # One holder's clock stepped back, not forward: nothing excuses its copy.
+    # The originator's clock stepped forward: the copies it sends carry what
+    # is left by its clock, so they may go early too.
+    assert probe_run(tmp_path, held=["n1", "n2"], gone_at=3.0, steps=[(2.0, "n1", 30.0)]).valid
+    # The originator's (n1) stepped back, not forward: nothing excuses its copy.
     r = probe_run(tmp_path, held=["n1", "n2"], gone_at=3.0,
-                  steps=[(2.0, "n1", 30.0), (2.5, "n2", -30.0)])
-    assert not r.valid and r.copies_expired_early == 1
+                  steps=[(2.0, "n1", -30.0), (2.5, "n2", 30.0)])
+    assert not r.valid and r.copies_expired_early == 1 and r.expired_early == 1
 
 
 def test_a_copy_missing_at_the_first_look_is_a_copy_expired_early(tmp_path):
