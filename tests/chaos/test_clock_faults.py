@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from chaos.checker import check
+from chaos.clock import FakeClock
 from chaos.history import read_history
 from tests.chaos.crafted import Run
 from tests.harness import REPO_ROOT
@@ -39,6 +40,32 @@ def out(tmp_path_factory):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return out
+
+
+READ_CLOCKS = """
+import asyncio, sys, time
+async def main():
+    print(time.time(), time.monotonic(), asyncio.get_running_loop().time())
+    sys.stdout.flush()
+    sys.stdin.readline()                   # the test moves the clock meanwhile
+    print(time.time(), time.monotonic(), asyncio.get_running_loop().time())
+asyncio.run(main())
+"""
+
+
+def test_libfaketime_moves_the_wall_the_monotonic_and_the_event_loop_clocks(tmp_path):
+    """What the scenarios rely on: a node under FakeClock sees a new offset at
+    once, on every clock it reads (a faked monotonic clock is what makes a
+    jump look like a stall to the node)."""
+    clock = FakeClock(tmp_path / "faketime")
+    proc = subprocess.Popen([sys.executable, "-c", READ_CLOCKS], env={**os.environ, **clock.env()},
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    before = [float(x) for x in proc.stdout.readline().split()]
+    clock.set(3600.0)
+    after_out, _ = proc.communicate("\n", timeout=30)
+    after = [float(x) for x in after_out.split()]
+    for b, a in zip(before, after):
+        assert 3600 <= a - b < 3600 + 10, (before, after)
 
 
 def figures(out, name):
