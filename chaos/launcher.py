@@ -110,7 +110,7 @@ class Node:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
-        self.env: dict[str, str] = {}      # added to the child's (libfaketime: chaos/clock.py)
+        self.env: dict[str, str] = {}       # added to the process's environment
 
     @property
     def addr(self) -> str:
@@ -128,8 +128,8 @@ class Node:
                 "--dir", str(self.dir), *self.args]
         with open(self.dir / "stdout.log", "ab") as log:
             self.proc = subprocess.Popen(argv, cwd=self.dir, env={**child_env(), **self.env},
-                                         stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT)
+                                         stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT)
         self.paused = False
         wait_for(self._answers, timeout, f"{self.name} ({self.addr}) to answer PING")
 

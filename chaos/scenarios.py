@@ -197,13 +197,12 @@ class Scenario:
     name: str
     doc: str
     faults: Callable[[Faults, random.Random, float, float], None]
+    kind: str = "network"           # the summary's table: network, process, clock, disk,
+                                    # power or mixed (chaos/report.py KINDS)
     appendonly: bool = False
     appendfsync: str = "everysec"
     replicate: tuple[int, ...] = (1, 2, 3)
     retry0_share: float = 0.1
-    # The fault type the report groups by: "clock" (nodes under libfaketime,
-    # chaos/clock.py), ...; "classic" for the first round's (links, processes).
-    kind: str = "classic"
     # (clock) each node's clock offset in seconds, set before it starts
     skew: Callable[[random.Random, list[str]], dict[str, float]] | None = None
 
