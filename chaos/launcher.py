@@ -277,7 +277,7 @@ class ChaosCluster:
             if self.faketime:
                 clock = FakeClock(node.dir / "faketime", self.clock_offsets.get(node.name, 0.0))
                 self.clocks[node.name] = clock
-                node.env = clock.env()
+                node.env.update(clock.env())
             node.start()
 
     def wait_formed(self, timeout: float = 30.0, nodes: list[Node] | None = None) -> None:
