@@ -127,6 +127,15 @@ class CheckResult:
     unavailable_delivery: dict[str, float] | None = None
     recovery: dict[str, float | None] | None = None
     power_loss: list[dict[str, Any]] = field(default_factory=list)
+    # Clock faults (issue 25; chaos/clock.py): TTL probes, the early expiries
+    # among them (and those a node whose clock stepped forward may cause), and
+    # requeue storms.
+    ttl_probes: int = 0
+    expired_early: int = 0
+    expired_early_allowed: int = 0
+    copies_expired_early: int = 0
+    requeue_storms: int = 0
+    max_deliveries_per_job_s: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -233,6 +242,18 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
     if failed_threads:
         # a producer or consumer that died leaves the history incomplete
         problems.append(f"{failed_threads} workload thread(s) failed: the run proves nothing")
+    probes, early, allowed, copies_early, probe_errors = ttl_probes(events)
+    if early:
+        problems.append(f"{len(early)} job(s) expired before their TTL (by true time)")
+    if copies_early:
+        problems.append(f"{len(copies_early)} cop(ies) expired before their TTL on a node "
+                        "whose clock never stepped forward")
+    if probe_errors:
+        problems.append(f"the TTL prober failed: {probe_errors[0]}")
+    storms, busiest = requeue_storms(delivered_of, nacked_at)
+    if storms:
+        problems.append(f"{len(storms)} job(s) delivered more than {STORM_DELIVERIES} times "
+                        f"within {STORM_WINDOW_S:g} s with no NACK (requeue storm)")
     distinct = len(delivered_of)
     uncollected = sum(len(v) for v in uncollected_by_node.values())
     return CheckResult(
@@ -271,7 +292,15 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
             ("recovered", recovered), ("retry0_redelivered", retry0_twice),
             ("retry0_undelivered", retry0_undelivered),
             ("uncollected", sorted({i for v in uncollected_by_node.values() for i in v})),
-            ("id_mismatches", id_mismatches)) if values},
+            ("id_mismatches", id_mismatches), ("expired_early", early),
+            ("copies_expired_early", copies_early),
+            ("requeue_storms", storms)) if values},
+        ttl_probes=probes,
+        expired_early=len(early),
+        expired_early_allowed=len(allowed),
+        copies_expired_early=len(copies_early),
+        requeue_storms=len(storms),
+        max_deliveries_per_job_s=busiest,
         **windows(events),
     )
 
@@ -377,3 +406,103 @@ def power_losses(events: list[dict[str, Any]], never: list[Add],
             "excused": sum(1 for a in lost if a.value in excused),
         })
     return figures, excused
+
+
+# ------------------------------------------------------- clock faults (issue 25)
+STORM_WINDOW_S = 1.0
+# More deliveries of one job than this within STORM_WINDOW_S, with no NACK
+# between them, is a requeue storm: RETRY is at least 1 s, so a healthy run
+# delivers a job twice in a second at most (a requeue racing another holder's).
+STORM_DELIVERIES = 4
+
+
+def ttl_probes(events: list[dict[str, Any]]
+               ) -> tuple[int, list[str], list[str], list[str], list[str]]:
+    """The TTL probes (chaos/clock.py TtlProbe): how many, those no node held
+    any more before their TTL was over by true time (from the add's invocation:
+    no node can start it earlier), and among those the ones allowed: the
+    clock of its originator, or of every node seen holding it, stepped forward
+    meanwhile (a node cannot tell a jump from a stall, after which the time did
+    pass; a copy carries what is left by its sender's clock: docs/operations.md,
+    Clocks). Then the copies ("id@node") a node dropped before the TTL was
+    over with no forward step of its clock or its originator's (nor a kill)
+    to excuse it: the times that cross the bus must not let a skewed clock
+    expire a copy early.
+    And the prober's errors."""
+    adds: dict[str, dict[str, Any]] = {}
+    holders: dict[str, set[str]] = defaultdict(set)
+    dropped: list[tuple[str, str, float]] = []      # (id, node, t)
+    gone: dict[str, float] = {}
+    errors: list[str] = []
+    forward: dict[str, list[float]] = defaultdict(list)
+    for e in events:
+        if e["type"] == "clock" and e.get("step", 0) > 0:
+            forward[e["node"]].append(e["t"])
+        if e["type"] == "fault" and e.get("phase") == "start" and e.get("name") == "kill -9":
+            forward[e["detail"]["node"]].append(e["t"])     # its copies died with it
+        if e["type"] != "probe":
+            continue
+        phase = e.get("phase")
+        if phase == "add":
+            adds[e["id"]] = e
+        elif phase == "held":
+            now = set(e.get("holders") or ())
+            jid = e["id"]
+            if jid not in holders and jid in adds and len(now) < adds[jid]["replicate"]:
+                # answered with REPLICATE copies, fewer at the first look: those
+                # went before it (which nodes held them, the poll cannot say)
+                dropped.extend((jid, "?", e["t"])
+                               for _ in range(adds[jid]["replicate"] - len(now)))
+            dropped.extend((jid, n, e["t"]) for n in holders[jid] - now)
+            holders[jid].update(now)
+        elif phase == "gone":
+            dropped.extend((e["id"], n, e["t"]) for n in holders[e["id"]])
+            gone.setdefault(e["id"], e["t"])
+        elif phase == "error":
+            errors.append(e.get("error", "?"))
+    def stepped(node: str, start: float, end: float) -> bool:
+        return any(start <= s <= end for s in forward.get(node, ()))
+
+    early: list[str] = []
+    allowed: list[str] = []
+    for jid, add in adds.items():
+        t = gone.get(jid)
+        start = add["t_invoke"]
+        if t is None or t >= start + add["ttl"]:
+            continue
+        seen = (holders[jid] or {add["node"]}) | {add["node"]}
+        if stepped(add["node"], start, t) or all(stepped(n, start, t) for n in seen):
+            allowed.append(jid)
+        else:
+            early.append(jid)
+    copies = []
+    for jid, node, t in dropped:
+        add = adds.get(jid)
+        if add is None or t >= add["t_invoke"] + add["ttl"]:
+            continue
+        suspects = [node] if node != "?" else [n for n in forward if n not in holders[jid]]
+        if not any(stepped(n, add["t_invoke"], t) for n in suspects + [add["node"]]):
+            copies.append(f"{jid}@{node}")
+    return len(adds), early, allowed, sorted(set(copies)), errors
+
+
+def requeue_storms(delivered_of: dict[str, list[Delivery]],
+                   nacked_at: dict[str, list[float]]) -> tuple[list[str], int]:
+    """Jobs delivered more than STORM_DELIVERIES times within STORM_WINDOW_S
+    with no NACK between (by value), and the most deliveries of one job
+    within STORM_WINDOW_S seen in the run."""
+    storms: list[str] = []
+    busiest = 0
+    for value, ds in delivered_of.items():
+        nacks = sorted(t for i in {d.id for d in ds} if i for t in nacked_at.get(i, ()))
+        times = [ds[0].t] + [b.t for a, b in zip(ds, ds[1:])
+                             if not any(a.t <= n <= b.t for n in nacks)]
+        most = first = 0
+        for last, t in enumerate(times):
+            while t - times[first] > STORM_WINDOW_S:
+                first += 1
+            most = max(most, last - first + 1)
+        busiest = max(busiest, most)
+        if most > STORM_DELIVERIES:
+            storms.append(value)
+    return storms, busiest

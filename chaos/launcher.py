@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable
 
 import redis
 
+from chaos.clock import FakeClock
 from chaos.toxiproxy_client import ChaosProxy, ChaosToxiproxy
 
 HOST = "127.0.0.1"
@@ -213,7 +214,8 @@ class ChaosCluster:
     def __init__(self, size: int, *, workdir: str | Path | None = None,
                  toxiproxy_url: str | None = None, node_timeout_ms: int = 2000,
                  appendonly: bool = False, appendfsync: str = "everysec",
-                 seed: int | None = None, extra_args: Iterable[str] = ()) -> None:
+                 seed: int | None = None, extra_args: Iterable[str] = (),
+                 faketime: bool = False, clock_offsets: dict[str, float] | None = None) -> None:
         if size < 2:
             raise ValueError("a chaos cluster needs at least 2 nodes")
         self.size = size
@@ -229,6 +231,11 @@ class ChaosCluster:
         self.links: dict[tuple[str, str], ChaosProxy] = {}
         self.proxy_server: ProxyServer | None = None
         self.api: ChaosToxiproxy | None = None
+        # Clock faults (chaos/clock.py): every node under libfaketime, its clock
+        # set off by clock_offsets (seconds, by node name) before it starts.
+        self.faketime = faketime
+        self.clock_offsets = dict(clock_offsets or {})
+        self.clocks: dict[str, FakeClock] = {}
 
     # -- start and stop --------------------------------------------------------
     def start(self, timeout: float = 30.0) -> "ChaosCluster":
@@ -279,6 +286,10 @@ class ChaosCluster:
                 # server/aof.py's test hook: the AOF's size at its last fsync
                 # (the power-loss fault, chaos/disk.py, cuts the file there).
                 node.env[SYNCED_SIZE_ENV] = "1"
+            if self.faketime:
+                clock = FakeClock(node.dir / "faketime", self.clock_offsets.get(node.name, 0.0))
+                self.clocks[node.name] = clock
+                node.env.update(clock.env())
             node.start()
 
     def wait_formed(self, timeout: float = 30.0, nodes: list[Node] | None = None) -> None:

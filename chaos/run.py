@@ -29,7 +29,7 @@ from chaos.disk import power_loss_lines
 from chaos.history import HistoryWriter, read_history
 from chaos.launcher import ChaosCluster, child_env
 from chaos.report import summary_table, write_reports, write_summary
-from chaos.scenarios import SCENARIOS, Faults, Scenario
+from chaos.scenarios import SCENARIOS, Faults, Scenario, cluster_options
 from chaos.workload import Workload, WorkloadSpec
 
 
@@ -83,7 +83,8 @@ def run_scenario(scenario: Scenario, options: RunOptions, *, seed: int, out: Pat
     o = options
     cluster = ChaosCluster(o.nodes, workdir=folder / "nodes", toxiproxy_url=o.toxiproxy_url,
                            node_timeout_ms=o.node_timeout_ms, appendonly=scenario.appendonly,
-                           appendfsync=scenario.appendfsync, seed=seed)
+                           appendfsync=scenario.appendfsync, seed=seed,
+                           **cluster_options(scenario, rng, o.nodes))
     spec = WorkloadSpec(rate=o.rate, producers=o.producers, consumers=o.consumers,
                         batch=o.batch, replicate=scenario.replicate,
                         retry0_share=scenario.retry0_share)

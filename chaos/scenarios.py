@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from chaos import disk
+from chaos.clock import Strobe, TtlProbe
 from chaos.history import HistoryWriter
 from chaos.launcher import ChaosCluster, Node
 from chaos.netns import LossRules
@@ -159,6 +160,7 @@ class Faults:
         rules.add()
         return self._start("packet-loss", rules.remove, probability=probability,
                            links=[f"{a}->{b}" for a, b in links], nodes=list(nodes))
+
     # -- disks and power (chaos/disk.py) ------------------------------------------------
     def aof_truncate(self, node: Node, rng: random.Random, load_truncated: bool = True) -> int:
         return disk.aof_truncate(self, node, rng, load_truncated)
@@ -174,6 +176,54 @@ class Faults:
 
     def backlog(self) -> int:
         return disk.backlog(self)
+
+    # -- clocks (chaos/clock.py: nodes under libfaketime) ------------------------------
+    def _set_clock(self, node: str, offset: float) -> None:
+        """One step of a node's clock, recorded as a ``clock`` event (node,
+        offset and step in seconds): the checker knows which nodes' clocks
+        stepped forward, and when."""
+        clock = self.cluster.clocks[node]
+        step = offset - clock.offset
+        clock.set(offset)
+        self.history.event("clock", node=node, offset=round(offset, 3), step=round(step, 3),
+                           node_lead=self.node_lead(node))
+
+    def node_lead(self, name: str) -> float | None:
+        """How far ahead of true time the node's own clock is (its TIME), in
+        seconds: what the node made of its clock's steps (server/clock.py)."""
+        try:
+            with self.cluster.node(name).admin(1) as r:
+                before = time.time()
+                secs, usecs = r.execute_command("TIME")
+                after = time.time()
+        except Exception:  # noqa: BLE001 - down or paused: not measured
+            return None
+        return round(int(secs) + int(usecs) / 1e6 - (before + after) / 2, 3)
+
+    def clock_skew(self) -> int:
+        """The offsets the nodes started with (ChaosCluster clock_offsets), as a
+        fault: a machine's clock is off for the whole run. Healing leaves them:
+        setting a clock right is a jump of its own."""
+        offsets = {n: c.offset for n, c in self.cluster.clocks.items()}
+        leads = {n: self.node_lead(n) for n in offsets}
+        return self._start("clock-skew", lambda: None, offsets_s=offsets, node_leads_s=leads)
+
+    def clock_jump(self, node: str, delta: float) -> int:
+        """The node's clock (wall and monotonic) jumps ``delta`` seconds, and
+        back when the fault stops."""
+        base = self.cluster.clocks[node].offset
+        self._set_clock(node, base + delta)
+        return self._start("clock-jump", lambda: self._set_clock(node, base), node=node,
+                           delta_s=delta)
+
+    def clock_strobe(self, node: str, delta: float, period: float) -> int:
+        """The node's clock flips ``delta`` seconds away and back every
+        ``period`` seconds until the fault stops."""
+        base = self.cluster.clocks[node].offset
+        strobe = Strobe(self.cluster.clocks[node], base, base + delta, period,
+                        lambda old, new: self._set_clock(node, new))
+        return self._start("clock-strobe", strobe.stop, node=node, delta_s=delta,
+                           period_s=period)
 
 
 # ------------------------------------------------------------------------------
@@ -191,6 +241,8 @@ class Scenario:
     appendfsync: str = "everysec"
     replicate: tuple[int, ...] = (1, 2, 3)
     retry0_share: float = 0.1
+    # (clock) each node's clock offset in seconds, set before it starts
+    skew: Callable[[random.Random, list[str]], dict[str, float]] | None = None
 
 
 def _split(rng: random.Random, names: list[str]) -> tuple[list[str], list[str]]:
@@ -351,6 +403,67 @@ def power_loss(f, rng, t0, s):
     f.stop(paused)
 
 
+# -- clocks (issue 25) --------------------------------------------------------------
+def _probe(f: Faults, rng: random.Random, s: float) -> TtlProbe:
+    """TTL probes (chaos/clock.py) for the run: TTLs from 2 s to a quarter of it."""
+    probe = TtlProbe(f.cluster.nodes, f.history, rng.randrange(1 << 32),
+                     ttl=(2, max(4, int(s / 4))))
+    probe.start()
+    return probe
+
+
+def _skew(rng: random.Random, names: list[str]) -> dict[str, float]:
+    """Seconds to minutes, ahead and behind: one node ahead, one behind, the
+    others anywhere in between."""
+    ahead, behind = rng.choice([5, 45, 150]), -rng.choice([5, 45, 150])
+    rest = [rng.choice([-90, -20, -2, 0, 2, 20, 90]) for _ in names[2:]]
+    offsets = [ahead, behind] + rest
+    rng.shuffle(offsets)
+    return dict(zip(names, map(float, offsets)))
+
+
+def clock_skew(f, rng, t0, s):
+    """Clocks off from the start, for the whole run (ChaosCluster clock_offsets)."""
+    probe = _probe(f, rng, s)
+    f.clock_skew()
+    f.sleep_until(0.85 * s, t0)
+    probe.stop()
+
+
+def clock_jump(f, rng, t0, s):
+    """One node at a time: its clock jumps forward or back, and back again."""
+    probe = _probe(f, rng, s)
+    at = 0.1
+    while at < 0.75:
+        node = rng.choice(f.cluster.names)
+        delta = rng.choice([-1, 1]) * rng.choice([3.0, 30.0, 120.0])
+        length = rng.uniform(0.1, 0.25)
+        _window(f, t0, s, at, min(at + length, 0.85), lambda: f.clock_jump(node, delta))
+        at += length + rng.uniform(0.02, 0.05)
+    probe.stop()
+
+
+def clock_strobe(f, rng, t0, s):
+    """One node's clock flips back and forth, seconds to a minute, several
+    times a second."""
+    probe = _probe(f, rng, s)
+    node = rng.choice(f.cluster.names)
+    delta = rng.choice([-1, 1]) * rng.choice([2.0, 10.0, 60.0])
+    period = rng.choice([0.1, 0.25, 0.5])
+    _window(f, t0, s, 0.15, 0.8, lambda: f.clock_strobe(node, delta, period))
+    probe.stop()
+
+
+def cluster_options(scenario: Scenario, rng: random.Random, size: int) -> dict:
+    """What ChaosCluster needs for the scenario's kind: its nodes under
+    libfaketime, their clocks set off before they start (clock scenarios)."""
+    if scenario.kind != "clock":
+        return {}
+    names = [f"n{i + 1}" for i in range(size)]
+    return {"faketime": True,
+            "clock_offsets": scenario.skew(rng, names) if scenario.skew else {}}
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("majority-minority", "the cluster split in a majority and a minority",
              majority_minority),
@@ -375,6 +488,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "at rates that change over the run", packet_loss, netns=True),
     Scenario("mixed", "random faults of every kind, one after another", mixed, kind="mixed",
              appendonly=True, appendfsync="always"),
+    Scenario("clock-skew", "node clocks off by seconds to minutes, ahead and behind",
+             clock_skew, kind="clock", skew=_skew),
+    Scenario("clock-jump", "one node's clock at a time jumps forward or back, and back",
+             clock_jump, kind="clock"),
+    Scenario("clock-strobe", "one node's clock flips back and forth several times a second",
+             clock_strobe, kind="clock"),
 )}
 # Disk and power faults (issue 25; chaos/disk.py). One node's damaged AOF costs
 # its copies: only jobs with another copy are promised to survive it, so no

@@ -12,8 +12,8 @@ so a consumer on A gets jobs produced on B within milliseconds.
 from __future__ import annotations
 
 from broker import lifecycle
-from broker.job import job_to_fields
 from broker.queue import PAUSED_OUT
+from cluster import replication
 from protocol import bus as B
 
 ADHOC_MIN_MS, ADHOC_MAX_MS = 25, 2000
@@ -82,7 +82,7 @@ def _take_jobs(cluster, q, count: int, receiver: str, now: int) -> list:
     while len(out) < count and q.jobs:
         job = q.jobs.pop(0)
         q.jobs_out += 1
-        fields = job_to_fields(job)
+        fields = replication.wire_fields(job, now)
         lifecycle.take_for_peer(broker, job, receiver, now)
         fields[12] = sorted(job.nodes_delivered) if job.retry else None
         out.append(fields)
@@ -135,7 +135,7 @@ def on_yourjobs(cluster, sender: str, jobs, now: int) -> None:
                 # tombstone expires, then deliver an acked job again.
                 cluster.send(sender, B.SETACK, [fields[0], 0])
             continue
-        job = lifecycle.adopt_moved(broker, fields, sender, now)
+        job = lifecycle.adopt_moved(broker, replication.local_fields(fields, now), sender, now)
         if job is None:
             continue
         if lifecycle.queue(broker, job, now):

@@ -133,7 +133,7 @@ def replicate_new_job(cluster: Cluster, client: Any, job: Job, timeout: int, is_
         cluster.waiting_adds.setdefault(client, deque()).append(p)
     if not external:
         lifecycle.add_pending(broker, job)    # wait-repl until confirmed (or ASYNC below)
-    cluster.send_many(chosen, B.REPLJOB, job_to_fields(job))
+    cluster.send_many(chosen, B.REPLJOB, wire_fields(job, now))
     if is_async:
         if not external:
             lifecycle.activate(broker, job, now)
@@ -252,7 +252,7 @@ def tick(cluster: Cluster, now: int) -> None:
                 delivered.add(broker.rng.choice(spare))
             confirmed = _nodes(job.nodes_confirmed)
             missing = [n for n in sorted(delivered) if n not in confirmed]
-            cluster.send_many(missing, B.REPLJOB, job_to_fields(job))
+            cluster.send_many(missing, B.REPLJOB, wire_fields(job, now))
 
 
 def on_repljob(cluster: Cluster, sender: str, fields: Any, now: int) -> None:
@@ -267,7 +267,7 @@ def on_repljob(cluster: Cluster, sender: str, fields: Any, now: int) -> None:
         return
     if jid in cluster.tombstones and broker.get_job(jid) is None:
         return                          # a late REPLJOB for a job already collected
-    job = lifecycle.adopt_replica(broker, fields, now)
+    job = lifecycle.adopt_replica(broker, local_fields(fields, now), now)
     if job.state == HELD and cluster.heard_queued:
         requeue.released_early(cluster, job, now)
     cluster.send(sender, B.GOTJOB, jid)
@@ -285,3 +285,27 @@ def on_enqueue(cluster: Cluster, sender: str, jid: Any, now: int) -> None:
 def client_closed(cluster: Cluster, client: Any) -> None:
     for p in cluster.waiting_adds.pop(client, ()):
         p.client = None
+
+
+# ------------------------------------------------- (ext) times across the bus
+def wire_fields(job: Job, now: int) -> list:
+    """A job for REPLJOB / YOURJOBS: its fields (broker/job.py) and, last, the
+    sender's clock. The expire time is absolute in the sender's clock; with
+    the sender's clock beside it, a receiver whose clock is ahead cannot
+    expire its copy early, nor one behind late (docs/operations.md, Clocks)."""
+    fields = job_to_fields(job)
+    fields.append(now)
+    return fields
+
+
+def local_fields(fields: list, now: int) -> list:
+    """A job's fields from the bus, its expire time moved to our clock (by the
+    sender's clock it ends with, if it does: a peer without the extension
+    sends none), the sender's clock removed. A copy: the message may be
+    shared (the simulator hands one to every destination)."""
+    n = len(fields)
+    if n in (15, 16) and type(fields[n - 1]) is int:
+        local = fields[:n - 1]
+        local[6] = fields[6] + now - fields[n - 1]
+        return local
+    return fields

@@ -321,6 +321,25 @@ class Simulation:
     def blocked(self, src: str, dst: str) -> bool:
         return (src, dst) in self._blocked
 
+    # -- clock faults ------------------------------------------------------------------
+
+    def jump_clock(self, name: str, delta: int) -> None:
+        """The host's clock (wall and monotonic alike, as libfaketime makes them
+        in chaos/clock.py) jumps ``delta`` ms, forward or back. The node sees it
+        at its next reading; ticks already scheduled keep their simulated time."""
+        host = self.hosts[name]
+        host.clock_offset += delta
+        self._record("clock", name, delta, host.clock_offset)
+
+    def strobe_clock(self, name: str, delta: int, period: int, until: int) -> None:
+        """The host's clock jumps ``delta`` ms and back, again and again, every
+        ``period`` ms until simulated time ``until``, then comes back."""
+        def flip(sim: "Simulation", sign: int) -> None:
+            sim.jump_clock(name, sign * delta)
+            if sign > 0 or sim.now + period < until:
+                sim.at(sim.now + period, lambda s: flip(s, -sign))
+        self.at(self.now, lambda s: flip(s, 1))
+
     # -- driving -------------------------------------------------------------------------
 
     def call(self, name: str, fn: Callable[[Any, int], list]) -> list:

@@ -284,8 +284,14 @@ _JOB_INTS: Final = (3, 4, 5, 6, 7, 8, 9, 10, 11, 13)
 def _job_fields(f: Any) -> bool:
     """broker/job.py's job_to_fields: id, queue, body, state, flags, repl, etime,
     ctime, delay, retry, nacks, additional-deliveries, nodes-delivered, requeue time,
-    and (ext) the IDEMPOTENCY key when the job has one."""
-    if not (type(f) is list and (len(f) == 14 or (len(f) == 15 and _idem_key(f[14])))
+    and (ext) the IDEMPOTENCY key when the job has one, then (ext) the sender's
+    clock, an int (cluster/replication.py wire_fields)."""
+    if type(f) is not list:
+        return False
+    n = len(f)
+    if n in (15, 16) and type(f[n - 1]) is int:
+        n -= 1
+    if not ((n == 14 or (n == 15 and _idem_key(f[14])))
             and _job_id(f[0]) and type(f[1]) is bytes and type(f[2]) is bytes):
         return False
     fields: list = f

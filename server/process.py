@@ -28,6 +28,7 @@ from server import listeners
 from server.aof import AOFLoadError, AppendOnlyFile
 from server.boot import remove_pidfile
 from server.bus import ClusterBus
+from server.clock import process_clock
 from server.compose import compose_node
 from server.host import ServerHost
 from server.http import HttpServer
@@ -39,10 +40,6 @@ from server.tls import build_contexts, tls_wanted
 log = logging.getLogger("server")
 
 
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class Server:
     def __init__(self, config: Config, argv: list[str]) -> None:
         self.config = config
@@ -50,8 +47,12 @@ class Server:
         self.loop = asyncio.get_event_loop()
         self.host = ServerHost(self)
         self.aof: AppendOnlyFile | None = None
+        # The wall clock read once, then the monotonic clock's (server/clock.py):
+        # a stepped system clock neither expires nor stalls jobs.
+        self.clock = process_clock()
+        self.timer_deadline = 0     # node time the armed timer is for
         self.node, self.cluster, self.driver = compose_node(
-            config, clock=wall_ms, rng=random.Random(int.from_bytes(os.urandom(16), "big")),
+            config, clock=self.clock, rng=random.Random(int.from_bytes(os.urandom(16), "big")),
             host=self.host, saved_nodes_conf=read_nodes_conf(config),
             perf_ns=time.perf_counter_ns,
             wake=self.wake_flush, arm_timer=self.arm_timer,
@@ -91,8 +92,17 @@ class Server:
     def arm_timer(self, deadline: int) -> None:
         if self.timer is not None:
             self.timer.cancel()
-        self.timer = self.loop.call_later(max(0.0, (deadline - wall_ms()) / 1000),
+        self.timer_deadline = deadline
+        self.timer = self.loop.call_later(max(0.0, (deadline - self.clock()) / 1000),
                                           self.on_timer)
+
+    def kick_overdue_timer(self) -> None:
+        """The event loop's timers follow the monotonic clock as it reads: one
+        that stepped back (a faked clock) would hold ours back as long. Any
+        input then runs a timer that is due by the node's clock."""
+        if self.timer is not None and self.timer_deadline <= self.clock():
+            self.timer.cancel()
+            self.on_timer()
 
     def on_timer(self) -> None:
         self.timer = None
@@ -102,7 +112,7 @@ class Server:
 
     def close_idle_clients(self) -> None:
         """The `timeout` directive, checked once a second at most."""
-        now = wall_ms()
+        now = self.clock()
         if now < self.idle_check_at:
             return
         self.idle_check_at = now + 1000
@@ -113,13 +123,14 @@ class Server:
 
     # -- cluster bus --------------------------------------------------------
     def on_bus_message(self, link, msg) -> None:
-        self.driver.bus_message(link, msg, wall_ms())
+        self.driver.bus_message(link, msg, self.clock())
+        self.kick_overdue_timer()
 
     def on_link_up(self, node_id: str) -> None:
-        self.driver.link_up(node_id, wall_ms())
+        self.driver.link_up(node_id, self.clock())
 
     def on_link_down(self, node_id: str) -> None:
-        self.driver.link_down(node_id, wall_ms())
+        self.driver.link_down(node_id, self.clock())
 
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import time
 
 from cluster.membership import MembershipError
 
@@ -70,7 +69,7 @@ class Seeder:
         cluster = self.server.cluster
         if not cluster.m.alone():       # joined while we resolved
             return
-        now = time.time_ns() // 1_000_000
+        now = self.server.clock()
         for ip, bus_port in addresses:
             try:
                 cluster.meet(ip, bus_port, now)

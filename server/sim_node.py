@@ -22,6 +22,7 @@ from broker.config import Config
 from broker.job import ACKED
 from cluster.outputs import DropLink, Send
 from protocol import bus as B
+from server.clock import SteadyClock
 from server.disk_aof import ProcessExit
 from server.inprocess import InProcessNode, Replies, VirtualClock
 
@@ -32,6 +33,9 @@ class BrokerSimNode(InProcessNode):
         self.host = host
         self.sim = host.sim
         self.out: list = []
+        # The host's clock may be made to jump (Simulation.jump_clock): the node
+        # reads it through the process's rule (server/clock.py).
+        self.steady = SteadyClock(now)
         super().__init__(config, clock=VirtualClock(now), rng=rng, saved_nodes_conf=saved,
                          address=(host.ip, host.port, host.bus_port), bus=self,
                          disk=host.disk, on_event=self.out.append)
@@ -88,12 +92,17 @@ class BrokerSimNode(InProcessNode):
         return self._outputs()
 
     # -- what the simulator calls -------------------------------------------------
+    def _read(self, now: int) -> int:
+        """The host's clock reading -> the node's time."""
+        self.clock.now = self.steady.read(now)
+        return self.clock.now
+
     def handle_message(self, link, msg, now: int) -> list:
-        self.clock.now = now
+        now = self._read(now)
         return self._input(self.driver.bus_message, link, msg, now)
 
     def tick(self, now: int) -> list:
-        self.clock.now = now
+        self._read(now)
         return self._input(self._tick)
 
     def _tick(self) -> None:
@@ -102,15 +111,15 @@ class BrokerSimNode(InProcessNode):
             self.driver.flush()         # the everysec fsync comes due with time
 
     def next_deadline(self, now: int):
-        self.clock.now = now
-        return self.node.next_deadline()
+        # in the host's clock, which the simulator schedules by
+        return self.node.next_deadline() - self._read(now) + now
 
     def link_up(self, node_id: str, now: int) -> list:
-        self.clock.now = now
+        now = self._read(now)
         return self._input(self.driver.link_up, node_id, now)
 
     def link_down(self, node_id: str, now: int) -> list:
-        self.clock.now = now
+        now = self._read(now)
         return self._input(self.driver.link_down, node_id, now)
 
     # -- what scenarios call --------------------------------------------------------
@@ -120,7 +129,7 @@ class BrokerSimNode(InProcessNode):
     def command(self, client, args, now: int) -> list:
         """Run a client command; its reply goes to the client's callback (now, or
         later for a blocked command). Returns the outputs for the simulator."""
-        self.clock.now = now
+        self._read(now)
         return self._input(self.run, client,
                            [a if isinstance(a, bytes) else str(a).encode() for a in args])
 

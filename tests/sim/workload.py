@@ -44,7 +44,8 @@ class Report:
 
 class Workload:
     def __init__(self, seed: int, *, nodes: int | None = None, jobs: int | None = None,
-                 chaos_ms: int = 5000, faults: bool = True, fsync: str | None = None) -> None:
+                 chaos_ms: int = 5000, faults: bool = True, fsync: str | None = None,
+                 clocks: bool = False) -> None:
         self.seed = seed
         self.rng = random.Random(seed * 1_000_003 + 17)
         rng = self.rng
@@ -71,7 +72,12 @@ class Workload:
                 directives.update(auto_aof_rewrite_min_size=1)
         self.sim = Simulation(seed, broker_factory(**directives), net=net,
                               record_deliveries=False)
-        self.names = [self.sim.add_host().name for _ in range(self.n)]
+        # Clock faults (their own stream too; off unless asked: the other
+        # sweeps keep their scenarios): hosts start skewed, and their clocks
+        # jump and strobe during the run (clock_fault).
+        self.clocks = clocks
+        self.clock_rng = random.Random(seed ^ 0xC10C)
+        self.names = [self.start_skewed() for _ in range(self.n)]
         self.final = False                 # final phase: healed, consumers ack everything
         self.crashed_at: dict[str, list] = {name: [] for name in self.names}
         self.produced: dict[bytes, dict] = {}    # jid -> {time, repl, retry, holders, async}
@@ -119,6 +125,12 @@ class Workload:
         client = host.node.new_client(reply)
         self.sim.call(name, lambda node, now: node.command(client, args, now))
 
+    def node_now(self, name: str) -> int:
+        """The time a live node will see now (its clock may be skewed or have
+        jumped: cluster/sim.py jump_clock)."""
+        host = self.sim.hosts[name]
+        return host.node.steady.read(host.now(self.sim.now))
+
     def later(self, delay: int, fn) -> None:
         self.sim.at(self.sim.now + delay, lambda sim: fn())
 
@@ -164,7 +176,8 @@ class Workload:
                 # A replica may requeue, deliver and collect the job before the
                 # producer hears back (replication slower than RETRY): no copy check.
                 consumed = any(d[0] == jid for d in self.deliveries)
-                if not is_async and len(holders) < repl and not (crashed_meanwhile or consumed):
+                if (not is_async and len(holders) < repl
+                        and not (crashed_meanwhile or consumed or self.stepped_forward(start))):
                     self.violation(f"ADDJOB {jid!r} answered with {len(holders)} live copies "
                                    f"< REPLICATE {repl}")
                 self.produced[jid] = {"time": self.sim.now, "repl": repl, "retry": retry,
@@ -183,7 +196,7 @@ class Workload:
             node = self.live(name)
             if node is None:
                 continue
-            jid = node.node.idempotency.lookup(QUEUE, key, self.sim.now)
+            jid = node.node.idempotency.lookup(QUEUE, key, self.node_now(name))
             if jid is not None:
                 ids.add(jid)
             ids.update(j.id for j in node.node.iter_jobs() if j.idem_key == key)
@@ -198,7 +211,7 @@ class Workload:
         if node is None:
             return
         key = args[args.index("IDEMPOTENCY") + 1]
-        now = self.sim.now
+        now = self.node_now(name)
         held = [j.id for j in node.node.iter_jobs()
                 if j.idem_key == key and j.queue == QUEUE and j.etime > now]
         known = self.key_ids(key)
@@ -364,6 +377,26 @@ class Workload:
 
             self.later(rng.randint(200, 2000), repaired)
 
+    # -- clock faults (tests/sim/test_clock_sim.py) ----------------------------------
+    def start_skewed(self) -> str:
+        """A new host, its clock set off by up to 2 minutes either way (with
+        ``clocks``) before its node first reads it. (Around 10 minutes: the
+        simulation starts at 0, and a node's times are never negative.)"""
+        host = self.sim.add_host(start=False)
+        if self.clocks:
+            host.clock_offset = 600_000 + self.clock_rng.randint(-120_000, 120_000)
+        self.sim.start(host.name)
+        return host.name
+
+    def clock_fault(self) -> None:
+        clock_fault(self.sim, self.clock_rng, self.names)
+
+    def stepped_forward(self, since: int) -> bool:
+        """Some host's clock stepped forward since then: its node may have
+        expired copies early (it cannot tell a jump from a stall)."""
+        return self.clocks and any(e[1] == "clock" and e[3] > 0 and e[0] >= since
+                                   for e in self.sim.trace)
+
     def restart(self, name: str) -> None:
         if not self.sim.hosts[name].alive:
             self.sim.start(name)
@@ -484,6 +517,10 @@ class Workload:
             self.consume(name, sim.hosts[name].incarnation)
         for i in range(self.njobs):
             sim.at(sim.now + rng.randint(0, self.chaos_ms), lambda s, i=i: self.produce(i))
+        if self.clocks:
+            for _ in range(self.clock_rng.randint(1, 4)):
+                sim.at(sim.now + self.clock_rng.randint(0, self.chaos_ms),
+                       lambda s: self.clock_fault())
         if self.faults:
             for _ in range(rng.randint(1, 4)):
                 sim.at(sim.now + rng.randint(0, self.chaos_ms), lambda s: self.fault())
@@ -546,4 +583,14 @@ class Workload:
         return r
 
 
-__all__ = ["Workload", "Report", "ACKED"]
+def clock_fault(sim: Simulation, rng: random.Random, names: list) -> None:
+    """One host's clock jumps forward or back, or strobes, seconds to a minute."""
+    name = rng.choice(names)
+    delta = rng.choice([-1, 1]) * rng.choice([2_000, 10_000, 60_000])
+    if rng.random() < 0.3:
+        sim.strobe_clock(name, delta, rng.choice([50, 200, 500]), sim.now + rng.randint(500, 3000))
+    else:
+        sim.jump_clock(name, delta)
+
+
+__all__ = ["Workload", "Report", "ACKED", "clock_fault"]

@@ -32,7 +32,7 @@ def test_job_fields_carry_the_key_only_when_there_is_one():
 
 @pytest.mark.parametrize("key, ok", [(b"k", True), (b"k" * 256, True), (b"", False),
                                      (b"k" * 257, False), ("k", False), (None, False),
-                                     (7, False)])
+                                     (7.5, False)])
 def test_the_bus_checks_the_keys_shape(key, ok):
     fields = job_to_fields(keyed_job(1, None)) + [key]
     fields[12] = [A]
