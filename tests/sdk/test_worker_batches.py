@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import threading
 
 import pytest
 
 from disquette import Client, Worker
-from tests.harness import WAIT_TIMEOUT
 from tests.sdk.test_worker import Running
 
 # Set by handlers; each job must start with it unset, as in a Task of its own.
@@ -112,31 +110,3 @@ def test_handlers_that_raise_at_once_or_after_a_wait_fail_alike(metrics, dnode, 
     for d in dead:
         assert d.error == "ValueError: no" and 'raise ValueError("no")' in d.traceback
         assert "_run_batch" not in d.traceback
-
-
-@BOTH_PATHS
-def test_an_async_handler_delivered_again_while_it_runs_is_handled_twice(
-        metrics, dnode, wait_until):
-    """As test_worker's sync case: the job's RETRY passes before WORKING,
-    it comes back to this worker while its first delivery waits; both end,
-    each counted, and the worker serves on."""
-    c = Client(dnode.addr)
-    c.add_job("q", "slow", retry=1)
-    starts: list[int] = []
-    again = threading.Event()
-
-    async def handler(job):
-        starts.append(job.additional_deliveries)
-        if job.body == "slow" and len(starts) == 1:
-            while not again.is_set():  # until the second delivery has started
-                await asyncio.sleep(0.01)
-        else:
-            again.set()
-
-    w = Worker(c, "q", handler, concurrency=2, working_after=WAIT_TIMEOUT, metrics=metrics)
-    with Running(w):
-        wait_until(lambda: w.stats["ok"] == 2)
-        assert w.in_flight == 0
-        c.add_job("q", "after")
-        wait_until(lambda: w.stats["ok"] == 3)
-    assert starts == [0, 1, 0]
