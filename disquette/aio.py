@@ -39,6 +39,10 @@ def _packed(conn: Any, reqs: list[Request]) -> Any:
         return conn.pack_commands([r.args for r in reqs])
 
 
+def _timed_out(node: str) -> redis.exceptions.TimeoutError:
+    return redis.exceptions.TimeoutError(f"Timeout reading from {node}")
+
+
 class AsyncClient(ClientBase):
     """The asyncio twin of :class:`~disquette.Client` (same options, same
     failover rules)::
@@ -58,6 +62,11 @@ class AsyncClient(ClientBase):
         if self._ssl:
             self._conn_kwargs["connection_class"] = redis.asyncio.SSLConnection
         self._conn_kwargs["retry"] = Retry(NoBackoff(), 0)  # failover is ours
+        # Time limits are ours too: one timer per command or batch, from its
+        # write to its last reply (_attempt, _attempt_batch).  redis-py's own
+        # would add a Task per write (asyncio.wait_for) and a timer per reply,
+        # as much CPU as the Worker's handling of a dozen jobs.
+        self._conn_kwargs["socket_timeout"] = None
         self._idle: dict[str, list[Any]] = {}
 
     # -- plumbing
@@ -83,37 +92,40 @@ class AsyncClient(ClientBase):
                 pass
             await pool.release(conn)  # the pool reconnects it, or reports why not
         try:
-            return pool, await pool.get_connection()
+            async with asyncio.timeout(self._handshake_timeout()):
+                return pool, await pool.get_connection()
         except REPLY_ERRORS as e:  # refused at the handshake (AUTH, HELLO 3)
             raise reply_error(e, node) from e
+        except TimeoutError as e:  # ours (redis-py's connect timeout raises its own)
+            # The handshake was cut short: its connection went back to the
+            # pool open but not set up.
+            await pool.disconnect(inuse_connections=False)
+            raise NodeFailed(node, redis.exceptions.TimeoutError(
+                f"Timeout connecting to {node}"), sent=False) from e
         except CONNECTION_ERRORS as e:
             raise NodeFailed(node, e, sent=False) from e
 
-    async def _read(self, conn: Any, req: Request) -> Any:
-        """One reply within the request's time limit.  (redis-py's async
-        ``read_response(timeout=t)`` answers None on timeout and keeps the
-        connection, whose late reply would then go to the next command: the
-        limit is enforced here, and the connection dropped on expiry.)"""
-        if req.timeout == 0.0:
-            return await conn.read_response()
-        limit = self._read_timeout(req)
-        if limit is None:
-            return await conn.read_response(timeout=math.inf)
-        try:
-            async with asyncio.timeout(limit):
-                return await conn.read_response(timeout=math.inf)
-        except TimeoutError:
-            await conn.disconnect(nowait=True)
-            raise redis.exceptions.TimeoutError(f"Timeout reading from {conn.host}:{conn.port}")
+    def _handshake_timeout(self) -> float | None:
+        if self.socket_timeout is None:
+            return None
+        return self.socket_timeout + (self._conn_kwargs.get("socket_connect_timeout") or 0.0)
 
     async def _attempt(self, req: Request, tries: list[int]) -> Any:
         node = self._target(req, tries)
         pool, conn = await self._connection(node)
         try:
-            await conn.send_packed_command(_packed(conn, [req]))
-            reply = await self._read(conn, req)
+            # The request's time limit, from the write to the reply.  (redis-py's
+            # ``read_response(timeout=t)`` answers None on timeout and keeps the
+            # connection, whose late reply would then go to the next command:
+            # the limit is enforced here, and the connection dropped on expiry.)
+            async with asyncio.timeout(self._read_timeout(req)):
+                await conn.send_packed_command(_packed(conn, [req]))
+                reply = await conn.read_response(timeout=math.inf)
         except REPLY_ERRORS as e:
             raise classify_reply_error(e, node) from e
+        except TimeoutError as e:
+            await conn.disconnect(nowait=True)
+            raise classify_lost(_timed_out(node), req, node) from e
         except CONNECTION_ERRORS as e:
             await conn.disconnect(nowait=True)
             raise classify_lost(e, req, node) from e
@@ -160,24 +172,29 @@ class AsyncClient(ClientBase):
 
     # -- batches
     async def _attempt_batch(self, reqs: list[Request], start: int) -> list[Any]:
+        """The requests in one write, then their replies, each within its
+        request's time limit (one timer, moved on for each reply)."""
         node = self._topology.current
         pool, conn = await self._connection(node)
         out: list[Any] = []
+        loop = asyncio.get_running_loop()
         try:
-            try:
+            async with asyncio.timeout(self._read_timeout(reqs[0])) as limit:
                 await conn.send_packed_command(_packed(conn, reqs))
-            except CONNECTION_ERRORS as e:
-                await conn.disconnect(nowait=True)
-                return batch_lost(reqs, start, e, node)
-            for i, req in enumerate(reqs):
-                try:
-                    reply = await self._read(conn, req)
-                    out.append(req.parse(reply, self, node))
-                except REPLY_ERRORS as e:
-                    out.append(tag_item(reply_error(e, node), start + i, req))
-                except CONNECTION_ERRORS as e:
-                    await conn.disconnect(nowait=True)
-                    return out + batch_lost(reqs[i:], start + i, e, node)
+                for i, req in enumerate(reqs):
+                    if i:
+                        seconds = self._read_timeout(req)
+                        limit.reschedule(None if seconds is None else loop.time() + seconds)
+                    try:
+                        reply = await conn.read_response(timeout=math.inf)
+                        out.append(req.parse(reply, self, node))
+                    except REPLY_ERRORS as e:
+                        out.append(tag_item(reply_error(e, node), start + i, req))
+        except (TimeoutError, *CONNECTION_ERRORS) as e:
+            await conn.disconnect(nowait=True)
+            if isinstance(e, TimeoutError):
+                e = _timed_out(node)
+            return out + batch_lost(reqs[len(out):], start + len(out), e, node)
         finally:
             await self._release(node, pool, conn)
         return out

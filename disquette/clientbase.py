@@ -177,9 +177,9 @@ class ClientBase(Commands):
             if self._topology.current != before:
                 log.info("moving from %s to %s (HELLO priorities)", before, self._topology.current)
 
-    def _observe(self, jobs: list[Job]) -> None:
+    def _observe(self, job_ids: list[str]) -> None:
         with self._lock:
-            moved = self._topology.observe_jobs([j.id for j in jobs], time.monotonic())
+            moved = self._topology.observe_jobs(job_ids, time.monotonic())
         if moved:
             log.info("consumer moves to %s, where most of its jobs are created", moved)
 

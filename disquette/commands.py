@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 from redis._parsers.helpers import parse_info  # redis-py's INFO reader
 
-from .job import _UNDECODED, Job, text
+from .job import _UNDECODED, Job, received, text
 from .topology import parse_hello
 from .tracing import TRACE_MAGIC, split_body, traced_add
 
@@ -154,9 +154,9 @@ def _parse_jobs(reply: Any, client: Any, node: str) -> list[Job]:
     """GETJOB / QPEEK: ``[[queue, id, body(, "nacks", n, "additional-deliveries", n)]...]``."""
     if not reply:
         return []
-    # The Worker's hot loop: a batch comes from few queues (each name decoded
-    # once), and bodies are decoded on first use (Job.body).
     serializer = client.serializer
+    if len(reply[0]) == 7:  # WITHCOUNTERS, as the Worker asks: its hot loop
+        return received(reply, node, client, serializer)
     jobs = []
     append = jobs.append
     queue_raw, queue = None, ""
@@ -180,7 +180,7 @@ def _parse_jobs(reply: Any, client: Any, node: str) -> list[Job]:
 def _parse_getjob(reply: Any, client: Any, node: str) -> list[Job]:
     jobs = _parse_jobs(reply, client, node)
     if jobs:
-        client._observe(jobs)
+        client._observe([j.id for j in jobs])
     return jobs
 
 

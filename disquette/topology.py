@@ -22,7 +22,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable, NamedTuple, Sequence
 from urllib.parse import unquote, urlsplit
 
 DEFAULT_PORT = 7711
@@ -201,12 +201,18 @@ class Topology:
             self.next_refresh = 0.0  # learn the cluster again from the next node
         self._choose(now)
 
-    def observe_jobs(self, job_ids: Iterable[str], now: float) -> str | None:
+    def observe_jobs(self, job_ids: Sequence[str], now: float) -> str | None:
         """Count where received jobs were created; return the address the
         client just moved to, if the consumer rule moved it."""
-        if not self.follow_producers:
+        if not self.follow_producers or not job_ids:
             return None
-        self._origins.update(map(_ORIGIN, job_ids))
+        head = job_ids[0][:10]  # "D-" and the prefix of the node that made it
+        if len(head) == 10 and "\n".join(job_ids).count("\n" + head) == len(job_ids) - 1:
+            # One producer made the whole batch (the usual case): counted at
+            # once, with one search of the joined ids instead of a count each.
+            self._origins[_ORIGIN(head)] += len(job_ids)
+        else:
+            self._origins.update(map(_ORIGIN, job_ids))
         total = sum(self._origins.values())
         if total < self.switch_min_jobs:
             return None

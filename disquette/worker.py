@@ -172,6 +172,38 @@ class _Resume:
                 return done.value
 
 
+class _Started:
+    """The rest of a handler whose first step ran in ``_run_batch`` (the plain
+    path): awaiting it raises what that step raised, or hands on what it
+    waits for and drives it to its end, as ``await handler(job)`` would."""
+
+    __slots__ = ("coro", "waiting", "error")
+
+    def __init__(self, coro: Any, waiting: Any, error: BaseException | None) -> None:
+        self.coro, self.waiting, self.error = coro, waiting, error
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        if self.error is not None:
+            raise self.error
+        coro, pending = self.coro, self.waiting
+        while True:
+            try:
+                sent = yield pending
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as e:  # a cancellation: the handler's to handle
+                try:
+                    pending = coro.throw(e)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    pending = coro.send(sent)
+                except StopIteration as done:
+                    return done.value
+
+
 class Worker:
     """Runs ``handler(job)`` on the jobs of ``queues`` (see the module doc).
 
@@ -252,6 +284,7 @@ class Worker:
         self._starting = False
         self._tracer: Any = None
         self._plain = False
+        self._fast = False
 
     # -- public
     @property
@@ -339,6 +372,9 @@ class Worker:
         # An async handler, no spans, no gauges: a job's start and end skip
         # their checks (the hot path, per job).
         self._plain = self._async_handler and self._tracer is None and not self.metrics
+        # ...and no hooks either: a fresh job's handler starts without _process
+        # (_run_batch), which comes in only if it waits or raises.
+        self._fast = self._plain and self.before_job is None and self.after_job is None
         self._ack_links: dict[str, Any] = {}  # job id -> its deliver span's context
         self._slot_free = asyncio.Event()
         self._acks: dict[str, list[str]] = {}
@@ -408,9 +444,7 @@ class Worker:
                 continue
             free = max(0, self.concurrency - len(self._inflight))
             if free and jobs:
-                now = time.monotonic()  # one clock read for the batch
-                admit = self._admit
-                self._spawn_batch(deque([admit(job, now) for job in jobs[:free]]))
+                self._spawn_batch(self._admit_all(jobs[:free]))
             self._buffer.extend(jobs[free:])
             await asyncio.sleep(0)  # let finished handlers free their slots together
 
@@ -444,6 +478,18 @@ class Worker:
             await asyncio.wait_for(self._slot_free.wait(), seconds)
         except asyncio.TimeoutError:
             pass
+
+    def _admit_all(self, jobs: list[Job]) -> deque[_Running]:
+        """``_admit`` for each job of a batch, with one clock read (and on the
+        plain path, nothing else to do per job: no call each)."""
+        now = time.monotonic()
+        if not self._plain:
+            return deque([self._admit(job, now) for job in jobs])
+        first_touch, inflight = self.working_after, self._inflight
+        runs = deque([_Running(job, now, first_touch) for job in jobs])
+        for run in runs:
+            inflight[run.job.id] = run
+        return runs
 
     def _admit(self, job: Job, now: float) -> _Running:
         """A job given a slot: in flight from now on (its Task is _run_batch's)."""
@@ -480,11 +526,36 @@ class Worker:
         running at the same time, and a batch of handlers that do not wait
         costs one Task instead of one each (and one _succeeded)."""
         succeeded: list[_Running] = []
+        fast, handler, inflight = self._fast, self.handler, self._inflight
         try:
             while runs:
                 run = runs.popleft()
                 context = contextvars.copy_context()
-                coro = self._process(run)
+                job = run.job
+                if fast and not (job.nacks or job.additional_deliveries):
+                    # The plain path (async handler; no spans, gauges, hooks
+                    # or poison check due): the handler's first step runs
+                    # here, _process comes in only if it waits or raises.
+                    coro = handler(job)
+                    try:
+                        waiting = context.run(coro.send, None)
+                    except StopIteration:  # it ended: _process's end, inline
+                        if inflight.get(job.id) is run:
+                            del inflight[job.id]
+                        if self._buffer:
+                            self._start_buffered()
+                        if job.lease_lost:
+                            self._lease_lost(job)
+                        elif not run.abandoned:
+                            succeeded.append(run)
+                        continue
+                    except BaseException as e:  # _process reports it (without this frame)
+                        e = e.with_traceback(e.__traceback__.tb_next if e.__traceback__ else None)
+                        coro = self._process(run, _Started(coro, None, e))
+                    else:
+                        coro = self._process(run, _Started(coro, waiting, None))
+                else:
+                    coro = self._process(run)
                 try:
                     waiting = context.run(coro.send, None)
                 except StopIteration as end:
@@ -528,9 +599,10 @@ class Worker:
             self._starting = False
 
     # -- one job
-    async def _process(self, run: _Running) -> bool:
+    async def _process(self, run: _Running, started: _Started | None = None) -> bool:
         """Handles a job to its end but for the ack of a success: True then
-        (_run_batch acks the jobs of a batch that succeeded together)."""
+        (_run_batch acks the jobs of a batch that succeeded together).
+        ``started``: the handler's first step already ran (in _run_batch)."""
         job = run.job
         error: BaseException | None = None
         outcome = "ok"
@@ -544,9 +616,15 @@ class Worker:
             if self.before_job is not None:
                 await _call_hook(self.before_job, job)
             try:
-                if self._tracer is not None:
+                if started is not None:  # (a fresh job, no hooks: nothing above ran)
+                    run.handling = True
+                    try:
+                        await started
+                    finally:
+                        run.handling = False
+                elif self._tracer is not None:
                     await self._handle_traced(run)
-                elif self._async_handler:  # _handle, inline: the no-op path is hot
+                elif self._async_handler:  # _handle, inline
                     run.handling = True
                     try:
                         await self.handler(job)

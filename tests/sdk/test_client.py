@@ -3,11 +3,18 @@ RESP2 and RESP3 (the ``api`` fixture runs each test with all four)."""
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
+import redis.asyncio.retry
+import redis.retry
+from redis.backoff import NoBackoff
 
-from disquette import AddJobsError, Hello, Job, MaxLenError, QueuePausedError, ReplyLostError
+from disquette import (
+    AddJobsError, Hello, Job, MaxLenError, NoNodeAvailableError, QueuePausedError,
+    ReplyLostError,
+)
 from tests.sdk.conftest import make_api
 
 JOB_ID_LEN = 40
@@ -212,3 +219,32 @@ def test_reply_lost_is_indeterminate(node_factory):
             n.proc.send_signal(signal.SIGCONT)
         c.close()
     assert n.client().execute_command("QLEN", "lost") == 2
+
+
+def test_a_frozen_node_times_out_batches_and_handshakes(node_factory):
+    """A frozen node (SIGSTOP): each item of a pipelined ``add_jobs`` gets
+    ReplyLostError once its time limit passes (the AsyncClient keeps these
+    limits itself, not redis-py), and a client connecting to it anew gives up
+    after its timeouts (no node reachable) instead of waiting in the
+    connection's handshake."""
+    n = node_factory()
+    retries = {"sync": redis.retry.Retry, "async": redis.asyncio.retry.Retry}
+    for kind, retry in retries.items():
+        c = make_api(kind, n.addr, socket_timeout=0.3, socket_connect_timeout=0.3,
+                     retry=retry(NoBackoff(), 0))
+        c.ping()
+        n.proc.send_signal(signal.SIGSTOP)
+        fresh = make_api(kind, n.addr, socket_timeout=0.3, socket_connect_timeout=0.3,
+                         retry=retry(NoBackoff(), 0))
+        try:
+            t0 = time.monotonic()
+            results = c.add_jobs([("frozen", b"a"), ("frozen", b"b")], timeout_ms=100,
+                                 raise_on_error=False)
+            assert [type(r) for r in results] == [ReplyLostError, ReplyLostError]
+            with pytest.raises(NoNodeAvailableError):
+                fresh.ping()
+            assert time.monotonic() - t0 < 5
+        finally:
+            n.proc.send_signal(signal.SIGCONT)
+        c.close()
+        fresh.close()

@@ -175,23 +175,37 @@ def test_working_keeps_long_job(kind, dnode, wait_until):
     assert c.show(jid) is None
 
 
-def test_a_job_delivered_again_while_it_runs_is_handled_twice(dnode, wait_until):
+@pytest.mark.parametrize("kind", ["def", "async def", "async def, plain"])
+def test_a_job_delivered_again_while_it_runs_is_handled_twice(kind, dnode, wait_until):
     """At least once: a job whose RETRY passes before its handler sends
     WORKING comes back, here to the same worker while the first delivery
-    still runs.  Both deliveries end, each counted, and the worker serves on."""
+    still runs.  Both deliveries end, each counted, and the worker serves on.
+    (``plain``: no metrics, so the async handler starts on the Worker's
+    plain path, see test_worker_batches.)"""
     c = Client(dnode.addr)
     c.add_job("q", "slow", retry=1)
     starts: list[int] = []
     again = threading.Event()
 
-    def handler(job):
+    def first_delivery(job) -> bool:
         starts.append(job.additional_deliveries)
         if job.body == "slow" and len(starts) == 1:
-            again.wait(WAIT_TIMEOUT)  # until the second delivery has started
-        else:
-            again.set()
+            return True  # waits until the second delivery has started
+        again.set()
+        return False
 
-    w = Worker(c, "q", handler, concurrency=2, working_after=WAIT_TIMEOUT)
+    if kind == "def":
+        def handler(job):
+            if first_delivery(job):
+                again.wait(WAIT_TIMEOUT)
+    else:
+        async def handler(job):
+            if first_delivery(job):
+                while not again.is_set():
+                    await asyncio.sleep(0.01)
+
+    w = Worker(c, "q", handler, concurrency=2, working_after=WAIT_TIMEOUT,
+               metrics=False if kind.endswith("plain") else None)
     with Running(w):
         wait_until(lambda: w.stats["ok"] == 2)
         assert w.in_flight == 0

@@ -8,14 +8,21 @@ from __future__ import annotations
 import asyncio
 import contextvars
 
+import pytest
+
 from disquette import Client, Worker
 from tests.sdk.test_worker import Running
 
 # Set by handlers; each job must start with it unset, as in a Task of its own.
 current_job: contextvars.ContextVar[str] = contextvars.ContextVar("current_job")
 
+# Without metrics (and spans and hooks) a fresh job's handler starts in the
+# batch's loop itself (the plain path); with them, through the full one.
+BOTH_PATHS = pytest.mark.parametrize("metrics", [False, None], ids=["plain", "metrics"])
 
-def test_handlers_that_wait_run_together_each_in_its_own_task(dnode, wait_until):
+
+@BOTH_PATHS
+def test_handlers_that_wait_run_together_each_in_its_own_task(metrics, dnode, wait_until):
     """Twenty jobs in one batch, each waiting for all the others to start:
     none waits behind another's wait, and no two share a Task or a context."""
     c = Client(dnode.addr)
@@ -33,14 +40,15 @@ def test_handlers_that_wait_run_together_each_in_its_own_task(dnode, wait_until)
         await all_started.wait()
         assert current_job.get() == job.id and asyncio.current_task() is tasks[job.id]
 
-    w = Worker(c, "q", handler, concurrency=32)
+    w = Worker(c, "q", handler, concurrency=32, metrics=metrics)
     with Running(w):
         wait_until(lambda: w.stats["ok"] == 20)
     assert sorted(tasks) == sorted(ids) and seen == dict.fromkeys(ids)
     assert len(set(map(id, tasks.values()))) == 20
 
 
-def test_a_timeout_entered_before_the_first_wait_cancels_its_own_handler(dnode, wait_until):
+@BOTH_PATHS
+def test_a_timeout_entered_before_the_first_wait_cancels_its_own_handler(metrics, dnode, wait_until):
     """``asyncio.timeout`` takes the current Task when entered, before the
     handler first waits: it must be the handler's, so that the timeout ends
     that handler only (the others of its batch finish, the worker serves on)."""
@@ -56,7 +64,7 @@ def test_a_timeout_entered_before_the_first_wait_cancels_its_own_handler(dnode, 
             timed_out.append(job.body)
             raise
 
-    w = Worker(c, "q", handler, max_attempts=1)
+    w = Worker(c, "q", handler, max_attempts=1, metrics=metrics)
     with Running(w):
         wait_until(lambda: w.stats["ok"] == 9 and w.stats["dead_lettered"] == 1)
     assert timed_out == [4]
@@ -64,7 +72,8 @@ def test_a_timeout_entered_before_the_first_wait_cancels_its_own_handler(dnode, 
     assert dead.body["error"].startswith("TimeoutError")
 
 
-def test_handlers_that_never_wait_do_not_see_each_others_context(dnode, wait_until):
+@BOTH_PATHS
+def test_handlers_that_never_wait_do_not_see_each_others_context(metrics, dnode, wait_until):
     c = Client(dnode.addr)
     c.add_jobs([("q", i) for i in range(200)])
     leaked: list[str] = []
@@ -74,7 +83,30 @@ def test_handlers_that_never_wait_do_not_see_each_others_context(dnode, wait_unt
             leaked.append(current_job.get())
         current_job.set(job.id)
 
-    w = Worker(c, "q", handler, concurrency=64, prefetch=16)
+    w = Worker(c, "q", handler, concurrency=64, prefetch=16, metrics=metrics)
     with Running(w):
         wait_until(lambda: w.stats["ok"] == 200)
     assert leaked == []
+
+
+@BOTH_PATHS
+def test_handlers_that_raise_at_once_or_after_a_wait_fail_alike(metrics, dnode, wait_until):
+    """NACKed, then dead-lettered with the handler's own line in the
+    traceback, whether it raised before its first wait or after."""
+    c = Client(dnode.addr)
+    c.add_jobs([("q", {"wait": False}), ("q", {"wait": True})])
+
+    async def handler(job):
+        if job.body["wait"]:
+            await asyncio.sleep(0.01)
+        raise ValueError("no")
+
+    w = Worker(c, "q", handler, max_attempts=2, metrics=metrics)
+    with Running(w):
+        wait_until(lambda: w.stats["dead_lettered"] == 2)
+    assert w.stats == {"failed": 4, "dead_lettered": 2}
+    dead = c.dead_letters("q:dead")
+    assert sorted(d.body["wait"] for d in dead) == [False, True]
+    for d in dead:
+        assert d.error == "ValueError: no" and 'raise ValueError("no")' in d.traceback
+        assert "_run_batch" not in d.traceback
