@@ -15,6 +15,8 @@ from binascii import b2a_base64
 
 from mypy_extensions import i32, mypyc_attr
 
+from broker.timers import Chunk
+
 # Job states, in SPEC order. The index is what SHOW and JSCAN print.
 WAIT_REPL: Final = 0
 ACTIVE: Final = 1
@@ -174,7 +176,7 @@ class Job:
         # Node ids (str) that may hold a copy. None on a lone node's job saves
         # ~200 bytes a job: it means "just me".
         self.nodes_delivered: set[str] | None = None
-        self.timer: list | None = None
+        self.timer: Chunk | None = None
         self._extra: JobExtra | None = None
         if delay:
             self.delay = delay

@@ -47,10 +47,27 @@ def test_a_cancelled_or_moved_job_is_not_referenced_by_the_wheel():
         wheel.cancel(moved)
         assert sys.getrefcount(cancelled) == alone and sys.getrefcount(moved) == alone
         assert cancelled.timer is None and moved.timer is None
-        assert wheel.stale == 2 * CHUNK + 2 + 1     # every moved and cancelled slot
+        # Every chunk they left is empty: no slot kept, not even a None.
+        assert wheel.stale == 0 and wheel.entries == 3 * CHUNK
     finally:
         gc.enable()
     assert sorted(j.id for j in wheel.pop_due(9000)) == sorted(j.id for j in others)
+
+
+def test_a_leaving_job_leaves_a_none_until_its_chunk_empties():
+    wheel = TimerWheel()
+    jobs = [J(i) for i in range(CHUNK + 2)]
+    for j in jobs:
+        wheel.add(j, 5000)
+    full, rest = jobs[:CHUNK], jobs[CHUNK:]
+    for j in full[:-1]:
+        wheel.cancel(j)
+    assert (wheel.entries, wheel.stale) == (CHUNK + 2, CHUNK - 1)
+    wheel.add(full[-1], 7000)           # the chunk's last live job moves: its slots go
+    assert (wheel.entries, wheel.stale) == (3, 0)
+    wheel.add(J(-1), 5000)              # the bucket's last chunk still takes new jobs
+    assert sorted(j.name for j in wheel.pop_due(5000)) == sorted([*(j.name for j in rest), -1])
+    assert [j.name for j in wheel.pop_due(7000)] == [full[-1].name]
 
 
 def test_compaction_keeps_each_jobs_slot_right():
@@ -66,7 +83,7 @@ def test_compaction_keeps_each_jobs_slot_right():
             break
     assert wheel.stale == 0 and wheel.entries == len(jobs) - len(jobs[::3])
     for j in jobs[1::3]:            # the moved slots still name their jobs
-        assert j.timer[j.timer_slot] is j
+        assert j.timer.jobs[j.timer_slot] is j
         wheel.cancel(j)
     assert wheel.pop_due(1000) == jobs[2::3]
 
