@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 
 from mypy_extensions import mypyc_attr
 
@@ -54,13 +54,15 @@ POP_BUDGET: Final = 10_000         # jobs pop_due returns per call, about (whole
 # Acyclic (compiled): its one cycle, through its jobs, is broken as each leaves.
 @mypyc_attr(acyclic=True)
 class Chunk:
-    """Up to CHUNK jobs of one bucket (None where one left) and how many are live."""
+    """Up to CHUNK jobs of one bucket (None where one left), how many are live,
+    and the bucket's key."""
 
-    __slots__ = ("jobs", "live")
+    __slots__ = ("jobs", "live", "key")
 
-    def __init__(self, jobs: list) -> None:
+    def __init__(self, jobs: list, key: int) -> None:
         self.jobs = jobs
         self.live = len(jobs)
+        self.key = key
 
 
 def _bucket(when: int, now: int) -> int:
@@ -90,7 +92,7 @@ class TimerWheel:
         chunks = self.buckets.get(b)
         old = job.timer
         if chunks is None:
-            chunk = Chunk([job])
+            chunk = Chunk([job], b)
             self.buckets[b] = [chunk]
             heappush(self.heap, b)
         else:
@@ -98,7 +100,7 @@ class TimerWheel:
             if old is chunk:        # due in this bucket already
                 return
             if len(chunk.jobs) >= CHUNK:
-                chunk = Chunk([job])
+                chunk = Chunk([job], b)
                 chunks.append(chunk)
             else:
                 chunk.jobs.append(job)
@@ -110,17 +112,31 @@ class TimerWheel:
         self.entries += 1
 
     def _vacate(self, chunk: Chunk, slot: int) -> None:
-        """A job leaves its slot: None there, or, the chunk's last live job, no
-        slots at all (the list's storage goes back at once)."""
+        """A job leaves its slot: None there; or, the chunk's last live job, the
+        chunk goes (and its bucket with its last chunk): nothing made while the
+        jobs arrived stays after they are gone."""
         jobs = chunk.jobs
         chunk.live -= 1
         if chunk.live:
             jobs[slot] = None
             self.stale += 1
+            return
+        self.entries -= len(jobs)
+        self.stale -= len(jobs) - 1
+        jobs.clear()
+        chunks = self.buckets.get(chunk.key)
+        if chunks is None:          # popped already (pop_due is taking it)
+            return
+        if len(chunks) > 1:
+            chunks.remove(chunk)    # a scan of the bucket's chunks, once per chunk
         else:
-            self.entries -= len(jobs)
-            self.stale -= len(jobs) - 1
-            jobs.clear()
+            # A bucket's last chunk: the bucket goes, its key out of the heap
+            # (a few thousand keys at most: one per 10 ms for a minute ahead,
+            # one per second beyond).
+            del self.buckets[chunk.key]
+            heap = self.heap
+            heap.remove(chunk.key)
+            heapify(heap)
 
     def add_many(self, jobs: list, when: int) -> None:
         """add() for many new jobs due at the same time (the AOF loader's bulk path)."""
@@ -132,7 +148,7 @@ class TimerWheel:
             chunks = self.buckets[b] = []
             heappush(self.heap, b)
         for i in range(0, len(jobs), CHUNK):
-            chunk = Chunk(jobs[i:i + CHUNK])
+            chunk = Chunk(jobs[i:i + CHUNK], b)
             chunks.append(chunk)
             for slot, job in enumerate(chunk.jobs):
                 job.timer = chunk
@@ -233,7 +249,7 @@ class TimerWheel:
                 # add() to append to.
                 kept = [c for c in chunks if c.jobs]
                 if len(kept) < n:
-                    chunks[:] = kept or [Chunk([])]
+                    chunks[:] = kept or [Chunk([], key)]
                 self._cur = None
 
     def clear(self) -> None:

@@ -70,6 +70,18 @@ def test_a_leaving_job_leaves_a_none_until_its_chunk_empties():
     assert [j.name for j in wheel.pop_due(7000)] == [full[-1].name]
 
 
+def test_nothing_stays_once_every_job_left():
+    wheel = TimerWheel()
+    jobs = [J(i) for i in range(3 * CHUNK + 5)]
+    for i, j in enumerate(jobs):
+        wheel.add(j, 5000 + i % 7 * RESOLUTION_MS)     # seven buckets, several chunks
+    for j in jobs[::2]:
+        wheel.add(j, FAR_MS * 3)                        # moved: a far bucket
+    for j in reversed(jobs):
+        wheel.cancel(j)
+    assert (wheel.buckets, wheel.heap, wheel.entries, wheel.stale) == ({}, [], 0, 0)
+
+
 def test_compaction_keeps_each_jobs_slot_right():
     wheel = TimerWheel()
     jobs = [J(i) for i in range(5 * CHUNK + 7)]
