@@ -1,8 +1,7 @@
 """The compiled extensions, built by `pip install .` and `make venv`.
 
 pyproject.toml holds the project's metadata; this file only lists what is
-compiled: the request reader (Cython, protocol/request_c.pyx), the GC helper for
-jobs (Cython, broker/untrack.pyx) and the hot core,
+compiled: the request reader (Cython, protocol/request_c.pyx) and the hot core,
 compiled by mypyc from its own .py modules (each .so shadows its .py; the .py
 stays the definition of behaviour). Where the build runs with
 DISQUETTE_NO_EXTENSIONS=1 nothing is compiled and the pure-Python modules run
@@ -35,7 +34,7 @@ if os.environ.get("DISQUETTE_NO_EXTENSIONS", "") in ("", "0"):
     from Cython.Build import cythonize
     from mypyc.build import mypycify
 
-    ext_modules = cythonize(["protocol/request_c.pyx", "broker/untrack.pyx"], language_level=3)
+    ext_modules = cythonize(["protocol/request_c.pyx"], language_level=3)
     # mypy reads the modules these import for their types, without checking them.
     ext_modules += mypycify(["--follow-imports=silent", "--ignore-missing-imports", *CORE])
 

@@ -13,17 +13,9 @@ from typing import Final
 
 from binascii import b2a_base64
 
-from mypy_extensions import mypyc_attr
+from mypy_extensions import i32, mypyc_attr
 
-from protocol.build import EXTENSIONS
-
-if EXTENSIONS:
-    try:
-        from broker.untrack import untrack as _untrack     # (Cython, broker/untrack.pyx)
-    except ImportError:     # not built
-        _untrack = None
-else:
-    _untrack = None
+from broker.timers import Chunk
 
 # Job states, in SPEC order. The index is what SHOW and JSCAN print.
 WAIT_REPL: Final = 0
@@ -134,15 +126,36 @@ def node_prefix_of(jid: bytes) -> bytes:
     return jid[2:10]
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)   # tests watch one through a weakref
+# A node may hold millions of jobs, so their layout is about bytes. Compiled
+# (mypyc), a Job is a native object of 128 bytes: acyclic, so without the GC's
+# header and never walked by the collector (its one cycle, job <-> timer chunk,
+# is broken when the slot is cleared: broker/timers.py); state and timer slot as
+# 32-bit C ints side by side; and the fields most jobs never set in one
+# JobExtra, made on the first write of a value other than its default.
+@mypyc_attr(acyclic=True)
+class JobExtra:
+    """A job's rarely set fields (read and written through Job's properties)."""
+
+    __slots__ = ("delay", "nacks", "additional_deliveries", "nodes_confirmed", "gc_time",
+                 "gc_retry", "idem_key")
+
+    def __init__(self) -> None:
+        self.delay = 0              # seconds
+        self.nacks = 0
+        self.additional_deliveries = 0
+        self.nodes_confirmed: set[str] | None = None
+        self.gc_time = 0            # acked: next ack GC attempt, ms
+        self.gc_retry = 0           # ack GC attempts so far (backoff exponent)
+        self.idem_key: bytes | None = None
+
+
+@mypyc_attr(acyclic=True)
 class Job:
     """One job. __slots__ because a node may hold millions of them."""
 
     __slots__ = (
-        "id", "queue", "body", "state", "flags", "repl", "etime", "ctime", "delay",
-        "retry", "nacks", "additional_deliveries", "nodes_delivered",
-        "nodes_confirmed", "requeue_time", "gc_time", "gc_retry", "timer", "timer_slot",
-        "idem_key",
+        "id", "queue", "body", "state", "timer_slot", "flags", "repl", "etime", "ctime",
+        "retry", "requeue_time", "nodes_delivered", "timer", "_extra",
     )
 
     def __init__(self, jid: bytes, queue: bytes, body: bytes, state: int, repl: int,
@@ -150,30 +163,106 @@ class Job:
         self.id = jid
         self.queue = queue
         self.body = body
-        self.state = state
+        self.state: i32 = state
+        # The timer-wheel chunk holding it and its index there (broker/timers.py).
+        self.timer_slot: i32 = 0
         self.flags = 0
         self.repl = repl
         self.etime = etime          # absolute expire time, ms
         self.ctime = ctime          # ordering key: ms * 1e6 + per-ms counter
-        self.delay = delay          # seconds
         self.retry = retry          # seconds; 0 = at most once
-        self.nacks = 0
-        self.additional_deliveries = 0
-        # Node ids (str) that may hold a copy / that confirmed they hold one.
-        # None on a lone node's job saves ~200 bytes a job: it means "just me".
-        self.nodes_delivered: set[str] | None = None
-        self.nodes_confirmed: set[str] | None = None
         # Only broker/lifecycle.py assigns state and these times.
         self.requeue_time = 0       # next (re)queue time, ms (DELAY or RETRY); 0 = none
-        self.gc_time = 0            # acked: next ack GC attempt, ms
-        self.gc_retry = 0           # ack GC attempts so far (backoff exponent)
-        # The timer-wheel chunk holding it and its index there (broker/timers.py).
-        self.timer: list | None = None
-        self.timer_slot = 0
-        # (ext) ADDJOB ... IDEMPOTENCY key: the producer's key (broker/idempotency.py)
-        self.idem_key: bytes | None = None
-        if _untrack is not None:    # no cycle only the GC could free: see broker/untrack.pyx
-            _untrack(self)
+        # Node ids (str) that may hold a copy. None on a lone node's job saves
+        # ~200 bytes a job: it means "just me".
+        self.nodes_delivered: set[str] | None = None
+        self.timer: Chunk | None = None
+        self._extra: JobExtra | None = None
+        if delay:
+            self.delay = delay
+
+    def _more(self) -> JobExtra:
+        x = self._extra
+        if x is None:
+            x = self._extra = JobExtra()
+        return x
+
+    # The rarely set fields: their default without a JobExtra, and no JobExtra
+    # made to store a default.
+    @property
+    def delay(self) -> int:
+        """DELAY, seconds."""
+        x = self._extra
+        return 0 if x is None else x.delay
+
+    @delay.setter
+    def delay(self, v: int) -> None:
+        if v or self._extra is not None:
+            self._more().delay = v
+
+    @property
+    def nacks(self) -> int:
+        x = self._extra
+        return 0 if x is None else x.nacks
+
+    @nacks.setter
+    def nacks(self, v: int) -> None:
+        if v or self._extra is not None:
+            self._more().nacks = v
+
+    @property
+    def additional_deliveries(self) -> int:
+        x = self._extra
+        return 0 if x is None else x.additional_deliveries
+
+    @additional_deliveries.setter
+    def additional_deliveries(self, v: int) -> None:
+        if v or self._extra is not None:
+            self._more().additional_deliveries = v
+
+    @property
+    def nodes_confirmed(self) -> set[str] | None:
+        """Node ids (str) that confirmed they hold a copy."""
+        x = self._extra
+        return None if x is None else x.nodes_confirmed
+
+    @nodes_confirmed.setter
+    def nodes_confirmed(self, v: set[str] | None) -> None:
+        if v is not None or self._extra is not None:
+            self._more().nodes_confirmed = v
+
+    @property
+    def gc_time(self) -> int:
+        """Acked: the next ack GC attempt, ms."""
+        x = self._extra
+        return 0 if x is None else x.gc_time
+
+    @gc_time.setter
+    def gc_time(self, v: int) -> None:
+        if v or self._extra is not None:
+            self._more().gc_time = v
+
+    @property
+    def gc_retry(self) -> int:
+        """Ack GC attempts so far (backoff exponent)."""
+        x = self._extra
+        return 0 if x is None else x.gc_retry
+
+    @gc_retry.setter
+    def gc_retry(self, v: int) -> None:
+        if v or self._extra is not None:
+            self._more().gc_retry = v
+
+    @property
+    def idem_key(self) -> bytes | None:
+        """(ext) ADDJOB ... IDEMPOTENCY key: the producer's key (broker/idempotency.py)."""
+        x = self._extra
+        return None if x is None else x.idem_key
+
+    @idem_key.setter
+    def idem_key(self, v: bytes | None) -> None:
+        if v is not None or self._extra is not None:
+            self._more().idem_key = v
 
     @property
     def state_name(self) -> bytes:

@@ -2,10 +2,10 @@
 
 A job's next wake-up time is derived from its state (broker/lifecycle.py's
 wake_time), so the wheel stores no time per job. A bucket is a list of chunks,
-a chunk a plain list of at most CHUNK jobs (8 bytes an entry, which matters
-with millions of jobs); ``job.timer`` is the chunk holding the job and
-``job.timer_slot`` its index there, always below 257, so one of Python's
-cached small ints: the position costs a job no int object of its own.
+a chunk (``Chunk``) a plain list of at most CHUNK jobs (8 bytes an entry, which
+matters with millions of jobs) and the count of those still live;
+``job.timer`` is the chunk holding the job and ``job.timer_slot`` its index
+there, always below 257.
 
 Every operation is O(1) plus a heap push for a new bucket (O(log buckets)):
 
@@ -16,9 +16,13 @@ Every operation is O(1) plus a heap push for a new bucket (O(log buckets)):
 
 So a stale entry is a None: it costs 8 bytes and never keeps a job (and its
 body) alive, and a deleted job is freed at once by its reference count (the
-job <-> chunk cycle is broken when the slot is cleared). ``compact`` (called
-from the node's tick, never from a command) drops the Nones, a bounded number of
-entries per call, once they outnumber the live entries.
+job <-> chunk cycle is broken when the slot is cleared). A chunk whose last live
+job leaves drops its slots at once: after a million jobs are fetched and acked
+no chunk full of Nones waits for compaction (at 10 ticks a second, a sweep of
+two million slots took 40 s, while their lists kept the memory of the jobs
+around them from going back to the system). ``compact`` (called from the node's
+tick, never from a command) drops the Nones of the other chunks, a bounded
+number of entries per call, once they outnumber the live entries.
 
 A bucket's own objects (its key, its lists) live as long as the bucket and sit
 in the allocator's arenas beside the jobs created at the same time: buckets for
@@ -34,7 +38,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
+
+from mypy_extensions import mypyc_attr
 
 RESOLUTION_MS: Final = 10
 CHUNK: Final = 256                 # entries per chunk: slot indices stay cached small ints
@@ -43,6 +49,20 @@ COMPACT_BUDGET: Final = 5_000      # entries looked at per compact() call (well 
 FAR_MS: Final = 60_000             # times further ahead go to a coarse bucket...
 COARSE_MS: Final = 1000            # ...on this grid, FAR_MS / 2 early
 POP_BUDGET: Final = 10_000         # jobs pop_due returns per call, about (whole chunks)
+
+
+# Acyclic (compiled): its one cycle, through its jobs, is broken as each leaves.
+@mypyc_attr(acyclic=True)
+class Chunk:
+    """Up to CHUNK jobs of one bucket (None where one left), how many are live,
+    and the bucket's key."""
+
+    __slots__ = ("jobs", "live", "key")
+
+    def __init__(self, jobs: list, key: int) -> None:
+        self.jobs = jobs
+        self.live = len(jobs)
+        self.key = key
 
 
 def _bucket(when: int, now: int) -> int:
@@ -57,13 +77,13 @@ class TimerWheel:
     __slots__ = ("buckets", "heap", "entries", "stale", "now", "_sweep", "_cur")
 
     def __init__(self, now: int = 0) -> None:
-        self.buckets: dict[int, list[list]] = {}    # bucket time // RESOLUTION_MS -> chunks
+        self.buckets: dict[int, list[Chunk]] = {}   # bucket time // RESOLUTION_MS -> chunks
         self.heap: list[int] = []
         self.entries = 0            # slots in the buckets, stale ones (None) included
         self.stale = 0              # slots set to None (exact)
         self.now = now              # the last pop_due's time: what "far ahead" is from
         self._sweep: list | None = None     # bucket keys compact() has yet to visit
-        self._cur: list | None = None       # [key, chunks, read, write] being compacted
+        self._cur: list | None = None       # [key, chunks, read] being compacted
 
     def add(self, job, when: int) -> None:
         """Make job due at `when` (popped at its 10 ms bucket, never early, or
@@ -72,24 +92,51 @@ class TimerWheel:
         chunks = self.buckets.get(b)
         old = job.timer
         if chunks is None:
-            chunk = [job]
+            chunk = Chunk([job], b)
             self.buckets[b] = [chunk]
             heappush(self.heap, b)
         else:
             chunk = chunks[-1]
             if old is chunk:        # due in this bucket already
                 return
-            if len(chunk) >= CHUNK:
-                chunk = [job]
+            if len(chunk.jobs) >= CHUNK:
+                chunk = Chunk([job], b)
                 chunks.append(chunk)
             else:
-                chunk.append(job)
+                chunk.jobs.append(job)
+                chunk.live += 1
         if old is not None:
-            old[job.timer_slot] = None
-            self.stale += 1
+            self._vacate(old, job.timer_slot)
         job.timer = chunk
-        job.timer_slot = len(chunk) - 1
+        job.timer_slot = len(chunk.jobs) - 1
         self.entries += 1
+
+    def _vacate(self, chunk: Chunk, slot: int) -> None:
+        """A job leaves its slot: None there; or, the chunk's last live job, the
+        chunk goes (and its bucket with its last chunk): nothing made while the
+        jobs arrived stays after they are gone."""
+        jobs = chunk.jobs
+        chunk.live -= 1
+        if chunk.live:
+            jobs[slot] = None
+            self.stale += 1
+            return
+        self.entries -= len(jobs)
+        self.stale -= len(jobs) - 1
+        jobs.clear()
+        chunks = self.buckets.get(chunk.key)
+        if chunks is None:          # popped already (pop_due is taking it)
+            return
+        if len(chunks) > 1:
+            chunks.remove(chunk)    # a scan of the bucket's chunks, once per chunk
+        else:
+            # A bucket's last chunk: the bucket goes, its key out of the heap
+            # (a few thousand keys at most: one per 10 ms for a minute ahead,
+            # one per second beyond).
+            del self.buckets[chunk.key]
+            heap = self.heap
+            heap.remove(chunk.key)
+            heapify(heap)
 
     def add_many(self, jobs: list, when: int) -> None:
         """add() for many new jobs due at the same time (the AOF loader's bulk path)."""
@@ -101,9 +148,9 @@ class TimerWheel:
             chunks = self.buckets[b] = []
             heappush(self.heap, b)
         for i in range(0, len(jobs), CHUNK):
-            chunk = jobs[i:i + CHUNK]
+            chunk = Chunk(jobs[i:i + CHUNK], b)
             chunks.append(chunk)
-            for slot, job in enumerate(chunk):
+            for slot, job in enumerate(chunk.jobs):
                 job.timer = chunk
                 job.timer_slot = slot
         self.entries += len(jobs)
@@ -111,9 +158,8 @@ class TimerWheel:
     def cancel(self, job) -> None:
         chunk = job.timer
         if chunk is not None:
-            chunk[job.timer_slot] = None
             job.timer = None
-            self.stale += 1
+            self._vacate(chunk, job.timer_slot)
 
     def pop_due(self, now: int, budget: int = POP_BUDGET) -> list:
         """The jobs whose bucket time has come, each once, about `budget` at
@@ -132,8 +178,8 @@ class TimerWheel:
             n = 0
             for chunk in chunks:
                 n += 1
-                slots += len(chunk)
-                for job in chunk:
+                slots += len(chunk.jobs)
+                for job in chunk.jobs:
                     if job is not None:
                         job.timer = None
                         due.append(job)
@@ -184,13 +230,13 @@ class TimerWheel:
                 continue
             n = len(chunks)
             while r < n and left > 0:
-                chunk = chunks[r]
+                chunk = chunks[r].jobs
                 r += 1
                 size = len(chunk)
                 left -= size + 1
                 if None in chunk:
                     live = [job for job in chunk if job is not None]
-                    chunk[:] = live         # the same list: job.timer stays right
+                    chunk[:] = live         # the same Chunk: job.timer stays right
                     for slot, job in enumerate(live):
                         job.timer_slot = slot
                     self.entries -= size - len(live)
@@ -201,8 +247,9 @@ class TimerWheel:
                 # Done with this bucket: drop its emptied chunks (one pass over
                 # the chunk list, not the entries), keeping a last chunk for
                 # add() to append to.
-                if not all(chunks):
-                    chunks[:] = [c for c in chunks if c] or [[]]
+                kept = [c for c in chunks if c.jobs]
+                if len(kept) < n:
+                    chunks[:] = kept or [Chunk([], key)]
                 self._cur = None
 
     def clear(self) -> None:
@@ -210,7 +257,7 @@ class TimerWheel:
         # so dropped jobs are freed by reference counting, not by the cyclic GC.
         for chunks in self.buckets.values():
             for chunk in chunks:
-                for job in chunk:
+                for job in chunk.jobs:
                     if job is not None:
                         job.timer = None
         self.buckets.clear()

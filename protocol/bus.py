@@ -298,6 +298,8 @@ def _job_fields(f: Any) -> bool:
     for i in _JOB_INTS:
         if type(fields[i]) is not int:
             return False
+    if not 0 <= fields[3] < 256:    # a state: a 32-bit field of the compiled Job
+        return False
     return _node_ids(fields[12])
 
 

@@ -303,6 +303,11 @@ class ClientConnection:
         if not self.closed and self.client is not None:
             self.closed = True
             self.node.client_closed(self.client)
+        if self.client is not None:
+            # Client <-> connection is a cycle: broken here, both go by reference
+            # counting now, not at the collector's next full pass (an idle node
+            # may make none for long, and the memory they sit in stays taken).
+            self.client.conn = None
         self.driver.after_input()
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gc
 import random
-import weakref
+import sys
 
 from broker.job import ACTIVE, Job
 from broker.timers import CHUNK, FAR_MS, POP_BUDGET, RESOLUTION_MS, TimerWheel
@@ -21,38 +21,65 @@ class J:
         self.timer_slot = 0
 
 
-class WeakJob(Job):
-    """A real Job that a weak reference can watch."""
-    __slots__ = ("__weakref__",)
-
-
-def weak_job(n: int) -> WeakJob:
+def real_job(n: int) -> Job:
     jid = b"D-dcb833cf-%024d-05a1" % n
-    return WeakJob(jid, b"q", b"x" * 1000, ACTIVE, 1, 10**9, 0, 0, 30)
+    return Job(jid, b"q", b"x" * 1000, ACTIVE, 1, 10**9, 0, 0, 30)
 
 
 def test_a_cancelled_or_moved_job_is_not_referenced_by_the_wheel():
+    # A compiled Job takes no weak reference (no GC header either): its
+    # reference count says whether the wheel still holds it.
     wheel = TimerWheel()
     gc.disable()                    # freed by reference counting alone, at once
     try:
-        others = [weak_job(i) for i in range(3 * CHUNK)]
+        others = [real_job(i) for i in range(3 * CHUNK)]
         for j in others:
             wheel.add(j, 5000)
-        cancelled, moved = weak_job(10_001), weak_job(10_002)
+        cancelled, moved = real_job(10_001), real_job(10_002)
+        alone = sys.getrefcount(cancelled)
         wheel.add(cancelled, 5000)
         wheel.add(moved, 5000)
+        assert sys.getrefcount(cancelled) == alone + 1
         for j in others[CHUNK:]:
             wheel.add(j, 6000)      # moves: the job leaves a None behind
-        gone_cancelled, gone_moved = weakref.ref(cancelled), weakref.ref(moved)
         wheel.cancel(cancelled)
         wheel.add(moved, 9000)
         wheel.cancel(moved)
-        del cancelled, moved
-        assert gone_cancelled() is None and gone_moved() is None
-        assert wheel.stale == 2 * CHUNK + 2 + 1     # every moved and cancelled slot
+        assert sys.getrefcount(cancelled) == alone and sys.getrefcount(moved) == alone
+        assert cancelled.timer is None and moved.timer is None
+        # Every chunk they left is empty: no slot kept, not even a None.
+        assert wheel.stale == 0 and wheel.entries == 3 * CHUNK
     finally:
         gc.enable()
     assert sorted(j.id for j in wheel.pop_due(9000)) == sorted(j.id for j in others)
+
+
+def test_a_leaving_job_leaves_a_none_until_its_chunk_empties():
+    wheel = TimerWheel()
+    jobs = [J(i) for i in range(CHUNK + 2)]
+    for j in jobs:
+        wheel.add(j, 5000)
+    full, rest = jobs[:CHUNK], jobs[CHUNK:]
+    for j in full[:-1]:
+        wheel.cancel(j)
+    assert (wheel.entries, wheel.stale) == (CHUNK + 2, CHUNK - 1)
+    wheel.add(full[-1], 7000)           # the chunk's last live job moves: its slots go
+    assert (wheel.entries, wheel.stale) == (3, 0)
+    wheel.add(J(-1), 5000)              # the bucket's last chunk still takes new jobs
+    assert sorted(j.name for j in wheel.pop_due(5000)) == sorted([*(j.name for j in rest), -1])
+    assert [j.name for j in wheel.pop_due(7000)] == [full[-1].name]
+
+
+def test_nothing_stays_once_every_job_left():
+    wheel = TimerWheel()
+    jobs = [J(i) for i in range(3 * CHUNK + 5)]
+    for i, j in enumerate(jobs):
+        wheel.add(j, 5000 + i % 7 * RESOLUTION_MS)     # seven buckets, several chunks
+    for j in jobs[::2]:
+        wheel.add(j, FAR_MS * 3)                        # moved: a far bucket
+    for j in reversed(jobs):
+        wheel.cancel(j)
+    assert (wheel.buckets, wheel.heap, wheel.entries, wheel.stale) == ({}, [], 0, 0)
 
 
 def test_compaction_keeps_each_jobs_slot_right():
@@ -68,7 +95,7 @@ def test_compaction_keeps_each_jobs_slot_right():
             break
     assert wheel.stale == 0 and wheel.entries == len(jobs) - len(jobs[::3])
     for j in jobs[1::3]:            # the moved slots still name their jobs
-        assert j.timer[j.timer_slot] is j
+        assert j.timer.jobs[j.timer_slot] is j
         wheel.cancel(j)
     assert wheel.pop_due(1000) == jobs[2::3]
 
