@@ -20,7 +20,7 @@ from chaos.checker import check
 from chaos.clock import FakeClock
 from chaos.history import read_history
 from tests.chaos.crafted import Run
-from tests.harness import REPO_ROOT
+from tests.chaos.short_run import run_chaos
 
 pytestmark = pytest.mark.xdist_group("chaos-run")
 
@@ -32,12 +32,7 @@ SCENARIOS = ("clock-skew", "clock-jump", "clock-strobe")
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
     out = tmp_path_factory.mktemp("clock-runs")
-    args = [sys.executable, "-m", "chaos", "run", "--nodes", "3", "--seconds", str(SECONDS),
-            "--seed", str(SEED), "--out", str(out), "--rate", "30"]
-    for name in SCENARIOS:
-        args += ["--scenario", name]
-    proc = subprocess.run(args, cwd=REPO_ROOT, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
-                          capture_output=True, text=True, timeout=600)
+    proc = run_chaos(out, *SCENARIOS, seconds=SECONDS, seed=SEED, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return out
 

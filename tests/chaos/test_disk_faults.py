@@ -9,9 +9,6 @@ and the power cut dropped unsynced bytes."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -20,7 +17,7 @@ from chaos.disk import power_loss_lines
 from chaos.history import read_history
 from protocol.aof_codec import FILE_HEADER_SIZE
 from tests.chaos.crafted import Run
-from tests.harness import REPO_ROOT
+from tests.chaos.short_run import run_chaos
 
 # One run of every scenario below (about 90 s on 2 busy cores), in the
 # fixture of the first test.
@@ -37,12 +34,7 @@ SCENARIOS = ("aof-truncate", "aof-bitflip", "disk-full", "disk-full-always", "po
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
     out = tmp_path_factory.mktemp("chaos-disk")
-    args = [sys.executable, "-m", "chaos", "run", "--nodes", "3", "--seconds", str(SECONDS),
-            "--seed", str(SEED), "--out", str(out), "--rate", "30"]
-    for name in SCENARIOS:
-        args += ["--scenario", name]
-    proc = subprocess.run(args, cwd=REPO_ROOT, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
-                          capture_output=True, text=True, timeout=900)
+    proc = run_chaos(out, *SCENARIOS, seconds=SECONDS, seed=SEED, timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return out
 

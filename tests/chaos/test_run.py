@@ -15,6 +15,7 @@ import pytest
 
 from chaos import netns
 from chaos.history import read_history
+from tests.chaos import short_run
 from tests.harness import REPO_ROOT
 
 pytestmark = pytest.mark.xdist_group("chaos-run")
@@ -24,13 +25,7 @@ SECONDS = 8
 
 
 def run_chaos(out, *scenarios: str) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "chaos", "run", "--nodes", "3", "--seconds", str(SECONDS),
-            "--seed", str(SEED), "--out", str(out), "--rate", "30"]
-    for name in scenarios:
-        args += ["--scenario", name]
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    return subprocess.run(args, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    return short_run.run_chaos(out, *scenarios, seconds=SECONDS, seed=SEED)
 
 
 @pytest.fixture(scope="module")
