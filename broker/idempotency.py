@@ -23,14 +23,16 @@ still in the heap (forgotten early or not) counts in ``used_memory``.
 
 from __future__ import annotations
 
+from typing import Final
+
 from heapq import heappop, heappush
 
 # A key is a client's string, bounded so that the map's memory stays a small
 # fraction of the jobs it guards (Stripe's idempotency keys allow 255 chars).
-KEY_MAX_BYTES = 256
+KEY_MAX_BYTES: Final = 256
 # Accounted cost of one entry besides its queue name and key (dict entry,
 # tuples, heap slot): deterministic, as all of maxmemory's accounting.
-ENTRY_OVERHEAD = 200
+ENTRY_OVERHEAD: Final = 200
 
 ERR_KEY_MISSING = "ERR IDEMPOTENCY needs a key: IDEMPOTENCY <key>"
 ERR_KEY_LENGTH = "ERR IDEMPOTENCY key must be 1 to %d bytes long" % KEY_MAX_BYTES

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Final
 from broker.job import (
     ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_DUMMY_ACK, FLAG_KEY_ANSWERED,
     FLAG_QUEUED_ONCE, JOB_OVERHEAD, QUEUED, WAIT_REPL, Job, job_from_fields, job_shard,
-    make_job_id,
 )
 from broker.job import FLAG_HELD, HELD
 from broker.queue import PAUSED_IN, PAUSED_OUT, Queue
@@ -100,7 +99,7 @@ def new_job(node: Node, queue: bytes, body: bytes, repl: int, ttl: int, delay: i
             retry: int, now: int) -> Job:
     """A job created here (ADDJOB): its id, expire time, ctime and, with DELAY,
     the time it is first queued. Not registered yet (add / add_pending)."""
-    jid = make_job_id(node.myself_id, node.rng.getrandbits(144), ttl, retry)
+    jid = node.ids.new(node.myself_id, ttl, retry)
     job = Job(jid, queue, body, WAIT_REPL, repl, node.shared_time(now, ttl),
               node.new_ctime(now), delay, retry)
     if delay:

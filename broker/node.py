@@ -24,7 +24,7 @@ import sys
 from heapq import heappop, heappush
 from typing import Any, Callable, Final
 
-from mypy_extensions import mypyc_attr
+from mypy_extensions import i64, mypyc_attr
 
 from broker import lifecycle
 from broker.client import Client
@@ -32,7 +32,9 @@ from broker.dispatch import (
     F_DENYOOM, F_LOADING, F_NOAUTH, Command, CommandError, dispatch_error,
 )
 from broker.idempotency import IdempotencyKeys
-from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, SHARDS, Job, job_shard, random_node_id
+from broker.job import (
+    ACKED, ACTIVE, FLAG_DELIVERED, SHARDS, Job, JobIds, job_shard, random_node_id,
+)
 from broker.queue import PAUSED_OUT, Queue
 from broker.timers import TimerWheel
 from protocol.resp import NULL_ARRAY, Error, Status
@@ -96,11 +98,30 @@ class Host:
     def config_changed(self, name: str) -> None: ...
 
 
+class ClusterView:
+    """What the request path asks of the cluster on every ADDJOB and GETJOB (our
+    id, our LEAVING flag, how many nodes are reachable), in typed fields: the
+    cluster's node table (cluster/membership.py) is interpreted Python, and
+    reading it cost about a tenth of a compiled ADDJOB. The node table marks the
+    view stale on every input that may change these (the same inputs that reset
+    its own cache); the node refreshes it on the next read."""
+
+    def __init__(self, myself_id: str) -> None:
+        self.fresh = True
+        self.myself_id = myself_id
+        self.leaving = False
+        self.reachable = 1
+
+
 class Node:
     def __init__(self, config, clock, rng, host: Host | None = None,
                  node_id: str | None = None, perf_us=None, perf_ns=None,
                  commands: dict | None = None, strict: bool = False) -> None:
         self.config = config
+        # Config's values the hot path reads, in typed fields: see config_applied.
+        self.maxmemory = 0
+        self.slowlog_slower = 0
+        self.config_applied()
         self.clock = clock                  # () -> int ms
         # () -> int ns, for command timing (commandstats, slowlog). The shell
         # passes time.perf_counter_ns itself: a C call, no Python frame.
@@ -108,6 +129,7 @@ class Node:
             perf_ns = (lambda: perf_us() * 1000) if perf_us is not None else (lambda: 0)
         self.perf_ns: Callable[[], int] = perf_ns
         self.rng = rng                      # random.Random
+        self.ids = JobIds(rng)
         self.host = host or Host()
         self.strict = strict
         # Command table (broker/commands), also under upper-case names: the hot
@@ -118,7 +140,7 @@ class Node:
             **{n.upper(): c for n, c in self.commands.items()}}
         # Our id and LEAVING flag belong to the cluster's node table when there is
         # one (see the properties below); these serve a node without a cluster.
-        self._myself_id = node_id or random_node_id(rng)
+        self.view = ClusterView(node_id or random_node_id(rng))
         now = clock()
         self.start_time = now
         self.job_shards: list[dict] = [{} for _ in range(SHARDS)]
@@ -146,13 +168,22 @@ class Node:
         self.persist_history = False
         self.aof_error: str | None = None
         self.cluster: Any = None            # cluster layer, see cluster/cluster.py
-        self._ctime_ms = 0
-        self._ctime_seq = 0
-        self._memo_time: dict[int, tuple[int, int]] = {}   # see shared_time
+        self._ctime_ms: i64 = 0
+        self._ctime_seq: i64 = 0
+        # shared_time's two entries: (seconds, now) -> now + seconds * 1000
+        self._memo_s0 = self._memo_s1 = -1
+        self._memo_now0 = self._memo_now1 = 0
+        self._memo_t0 = self._memo_t1 = 0
         self.next_cron = now + CRON_INTERVAL_MS
         self.cmdstats: dict[bytes, list] = {}
         self.slowlog: list = []
         self.slowlog_id = 0
+        # The counters every command or read moves, in typed fields (a dict
+        # entry of boxed ints cost a lookup, an add and a store each time);
+        # stats_now() folds them into INFO's order.
+        self.commands_processed = 0
+        self.net_input_bytes = 0
+        self.net_output_bytes = 0
         self.stats = {
             "total_connections_received": 0,
             "total_commands_processed": 0,
@@ -170,13 +201,26 @@ class Node:
     # ---------------------------------------------------------------- identity
     @property
     def myself_id(self) -> str:
-        c = self.cluster
-        return c.m.myself.id if c is not None else self._myself_id
+        v = self.view
+        if not v.fresh:
+            self._refresh_view()
+        return v.myself_id
 
     @property
     def leaving(self) -> bool:
+        v = self.view
+        if not v.fresh:
+            self._refresh_view()
+        return v.leaving
+
+    def _refresh_view(self) -> None:
+        v = self.view
         c = self.cluster
-        return c is not None and c.m.leaving
+        if c is not None:
+            v.myself_id = c.m.myself.id
+            v.leaving = c.m.leaving
+            v.reachable = c.reachable_count()
+        v.fresh = True
 
     # ------------------------------------------------------------------ errors
     def internal_error(self, exc: BaseException, what: str) -> None:
@@ -187,6 +231,21 @@ class Node:
             raise exc
         self.stats["internal_errors"] += 1
         log.error("Internal error in %s (a bug: please report it)", what, exc_info=exc)
+
+    # ------------------------------------------------------------------ stats
+    def stats_now(self) -> dict[str, int]:
+        """INFO stats, in its order: the dict's counters and the typed ones."""
+        hot = {"total_commands_processed": self.commands_processed,
+               "total_net_input_bytes": self.net_input_bytes,
+               "total_net_output_bytes": self.net_output_bytes}
+        return {k: hot.get(k, v) for k, v in self.stats.items()}
+
+    def reset_stats(self) -> None:
+        """CONFIG RESETSTAT."""
+        for k in self.stats:
+            self.stats[k] = 0
+        self.commands_processed = self.net_input_bytes = self.net_output_bytes = 0
+        self.cmdstats.clear()
 
     # ------------------------------------------------------------------ clients
     def new_client(self, addr: str = "", laddr: str = "", fd: int = -1) -> Client:
@@ -226,7 +285,7 @@ class Node:
         if self.loading and not flags & F_LOADING:
             return Error("LOADING Disque is loading the dataset in memory")
         if flags & F_DENYOOM:
-            maxmem = self.config.maxmemory
+            maxmem = self.maxmemory
             # out_of_memory() evicts before refusing.
             if maxmem and self.used_memory() >= maxmem and self.out_of_memory():
                 return Error("OOM command not allowed when used memory > 'maxmemory'.")
@@ -254,9 +313,9 @@ class Node:
         st[0] += 1
         st[1] += ns
         st[LATENCY_SLOT0 + ns.bit_length()] += 1
-        self.stats["total_commands_processed"] += 1
+        self.commands_processed += 1
         client.last_cmd = cmd.name
-        slower = self.config.slowlog_log_slower_than
+        slower = self.slowlog_slower
         if slower >= 0 and ns // 1000 >= slower:    # Redis: 0 logs every command
             self.add_slowlog(client, argv, ns // 1000)
         if self.ready_queues:
@@ -324,7 +383,7 @@ class Node:
     def is_registered(self, job: Job) -> bool:
         return self.job_shards[job_shard(job.id)].get(job.id) is job
 
-    def new_ctime(self, now: int) -> int:
+    def new_ctime(self, now: i64) -> i64:
         """ms * 1e6 + a per-ms counter, so jobs created in one ms keep their order."""
         if now == self._ctime_ms:
             self._ctime_seq += 1
@@ -336,16 +395,16 @@ class Node:
     def shared_time(self, now: int, seconds: int) -> int:
         """now + seconds, reusing the int object for equal inputs: a million jobs
         created in a burst share a handful of expire and requeue times (memory per
-        job). One memo entry per seconds value, as ADDJOB asks for its TTL and
-        then its RETRY: a single entry would miss every time."""
-        memo = self._memo_time
-        m = memo.get(seconds)
-        if m is not None and m[0] == now:
-            return m[1]
+        job in the pure build). Two entries, as ADDJOB asks for its TTL and then
+        its RETRY: a single one would miss every time."""
+        if seconds == self._memo_s0 and now == self._memo_now0:
+            return self._memo_t0
+        if seconds == self._memo_s1 and now == self._memo_now1:
+            return self._memo_t1
         t = now + seconds * 1000
-        if len(memo) >= 64:     # seconds are client-chosen: keep the memo small
-            memo.clear()
-        memo[seconds] = (now, t)
+        self._memo_s1, self._memo_now1, self._memo_t1 = \
+            self._memo_s0, self._memo_now0, self._memo_t0
+        self._memo_s0, self._memo_now0, self._memo_t0 = seconds, now, t
         return t
 
     def take_records(self) -> list:
@@ -530,6 +589,14 @@ class Node:
                 self.stats["evicted_queues"] += 1
 
     # ------------------------------------------------------------------ config
+    def config_applied(self) -> None:
+        """Copy the config values every command reads into typed fields (a
+        read through the config object is a generic attribute lookup): at
+        start and after each CONFIG SET, which may also put values back."""
+        cfg = self.config
+        self.maxmemory = cfg.maxmemory
+        self.slowlog_slower = cfg.slowlog_log_slower_than
+
     def config_changed(self, name: str) -> None:
         """CONFIG SET changed directive `name`: the cluster layer and the host
         apply what is theirs. Raising ConfigError refuses the change: CONFIG SET
@@ -541,9 +608,10 @@ class Node:
     # -------------------------------------------------------------------- misc
     def reachable_nodes_count(self) -> int:
         """Reachable nodes including myself."""
-        if self.cluster is None:
-            return 1
-        return self.cluster.reachable_count()
+        v = self.view
+        if not v.fresh:
+            self._refresh_view()
+        return v.reachable
 
 
 def job_reply(job: Job, withcounters: bool = False) -> list:

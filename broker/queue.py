@@ -17,6 +17,8 @@ from operator import attrgetter
 
 from sortedcontainers import SortedKeyList
 
+from broker.job import Job
+
 # Pause flags (PAUSE command).
 PAUSED_IN: Final = 1
 PAUSED_OUT: Final = 2
@@ -46,10 +48,11 @@ class JobList:
     newest_first().
     """
 
-    __slots__ = ("_run", "_sorted", "_dead", "size")
+    __slots__ = ("_run", "_tail", "_sorted", "_dead", "size")
 
     def __init__(self) -> None:
         self._run: deque = deque()
+        self._tail = 0              # the ctime of the run's last entry (typed: no lookup)
         self._sorted: SortedKeyList | None = None
         self._dead: set = set()
         self.size = 0               # live jobs (hot paths read it: no __len__ call)
@@ -57,14 +60,16 @@ class JobList:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, job) -> None:
+    def add(self, job: Job) -> None:
         dead = self._dead
         if dead and job in dead:    # its old entry is still in the run, in place
             dead.discard(job)
         else:
             run = self._run
-            if not run or job.ctime >= run[-1].ctime:
+            ctime = job.ctime
+            if not run or ctime >= self._tail:
                 run.append(job)
+                self._tail = ctime
             else:
                 srt = self._sorted
                 if srt is None:
@@ -118,7 +123,9 @@ class JobList:
         dead.add(job)
         self.size -= 1
         if len(dead) > self.size + _DEAD_SLACK:
-            self._run = deque([j for j in self._run if j not in dead])
+            run = self._run = deque([j for j in self._run if j not in dead])
+            if run:
+                self._tail = run[-1].ctime
             dead.clear()
 
     def _live_run(self):

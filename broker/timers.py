@@ -36,11 +36,14 @@ POP_BUDGET jobs a call, so that such a bucket costs no tick a long pause.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from heapq import heapify, heappop, heappush
 
-from mypy_extensions import mypyc_attr
+from mypy_extensions import i64, mypyc_attr
+
+if TYPE_CHECKING:   # for the types only: broker/job.py imports Chunk from here
+    from broker.job import Job
 
 RESOLUTION_MS: Final = 10
 CHUNK: Final = 256                 # entries per chunk: slot indices stay cached small ints
@@ -65,7 +68,7 @@ class Chunk:
         self.key = key
 
 
-def _bucket(when: int, now: int) -> int:
+def _bucket(when: i64, now: i64) -> i64:
     """The bucket key (time // RESOLUTION_MS) for a job due at `when`: its 10 ms
     bucket, rounded up (never early), or an early coarse one when far ahead."""
     if when - now > FAR_MS:
@@ -74,7 +77,8 @@ def _bucket(when: int, now: int) -> int:
 
 
 class TimerWheel:
-    __slots__ = ("buckets", "heap", "entries", "stale", "now", "_sweep", "_cur")
+    __slots__ = ("buckets", "heap", "entries", "stale", "now", "_sweep", "_cur",
+                 "_last_key", "_last_chunks")
 
     def __init__(self, now: int = 0) -> None:
         self.buckets: dict[int, list[Chunk]] = {}   # bucket time // RESOLUTION_MS -> chunks
@@ -84,16 +88,23 @@ class TimerWheel:
         self.now = now              # the last pop_due's time: what "far ahead" is from
         self._sweep: list | None = None     # bucket keys compact() has yet to visit
         self._cur: list | None = None       # [key, chunks, read] being compacted
+        # The bucket add() used last: a burst of jobs goes to one bucket (their
+        # TTL's coarse one), found without a dict lookup. Forgotten when a
+        # bucket goes.
+        self._last_key = 0
+        self._last_chunks: list[Chunk] | None = None
 
-    def add(self, job, when: int) -> None:
+    def add(self, job: Job, when: int) -> None:
         """Make job due at `when` (popped at its 10 ms bucket, never early, or
         in an early coarse bucket when far ahead)."""
         b = _bucket(when, self.now)
-        chunks = self.buckets.get(b)
+        chunks = self._last_chunks
+        if chunks is None or b != self._last_key:
+            chunks = self.buckets.get(b)
         old = job.timer
         if chunks is None:
             chunk = Chunk([job], b)
-            self.buckets[b] = [chunk]
+            chunks = self.buckets[b] = [chunk]
             heappush(self.heap, b)
         else:
             chunk = chunks[-1]
@@ -105,6 +116,8 @@ class TimerWheel:
             else:
                 chunk.jobs.append(job)
                 chunk.live += 1
+        self._last_key = b
+        self._last_chunks = chunks
         if old is not None:
             self._vacate(old, job.timer_slot)
         job.timer = chunk
@@ -134,6 +147,7 @@ class TimerWheel:
             # (a few thousand keys at most: one per 10 ms for a minute ahead,
             # one per second beyond).
             del self.buckets[chunk.key]
+            self._last_chunks = None
             heap = self.heap
             heap.remove(chunk.key)
             heapify(heap)
@@ -187,6 +201,7 @@ class TimerWheel:
                     break
             if n == len(chunks):
                 del buckets[heappop(heap)]
+                self._last_chunks = None
             else:
                 del chunks[:n]
         self.entries -= slots
@@ -266,3 +281,4 @@ class TimerWheel:
         self.stale = 0
         self._sweep = None
         self._cur = None
+        self._last_chunks = None

@@ -118,6 +118,8 @@ class Cluster:
         self.next_membership_tick = 0
         self.events: list[NodeEvent] = []
         broker.cluster = self
+        membership.view = broker.view   # the node reads our id, LEAVING, reachable there
+        broker.view.fresh = False
 
     # ------------------------------------------------------------- plumbing
     @property

@@ -39,6 +39,7 @@ import re
 from typing import Any, Iterable
 
 from broker.job import random_node_id
+from broker.node import ClusterView
 from cluster.outputs import (
     MYSELF_ID, NODE_ADDED, NODE_ADDRESS, NODE_DELETED, NODE_FAIL, NODE_LEAVING, NODE_PFAIL,
     NODE_RECOVERED, DropLink, Link, NodeEvent, SaveConfig, Send,
@@ -140,6 +141,9 @@ class Membership:
         # reachable_sorted(), computed at most once between two inputs (every input
         # that may change a node's flags or the table resets it).
         self._reachable: tuple | None = None
+        # the broker's typed copy of our id, LEAVING flag and reachable count
+        # (broker/node.py ClusterView), marked stale with _reachable
+        self.view: ClusterView | None = None
 
     # -- identity ------------------------------------------------------------------
 
@@ -153,7 +157,7 @@ class Membership:
 
     def set_address(self, ip: str, port: int, bus_port: int) -> list:
         """Announce another address (CONFIG SET cluster-announce-*)."""
-        self._reachable = None
+        self._input()
         me = self.myself
         if (me.ip, me.port, me.bus_port) != (ip, port, bus_port):
             me.ip, me.port, me.bus_port = ip, port, bus_port
@@ -229,7 +233,7 @@ class Membership:
 
     def meet(self, ip: str, bus_port: int, now: int) -> list:
         """CLUSTER MEET: start a handshake with the node at (ip, bus_port)."""
-        self._reachable = None
+        self._input()
         try:
             ip = str(ipaddress.ip_address(ip))
         except ValueError:
@@ -244,7 +248,7 @@ class Membership:
     def forget(self, node_id: str, now: int) -> list:
         """CLUSTER FORGET: drop the node and blacklist its id for 60 s, so the gossip
         of nodes that still know it does not bring it back at once."""
-        self._reachable = None
+        self._input()
         if node_id == self.myself.id:
             raise MembershipError("I tried hard but I can't forget myself...")
         if node_id not in self.nodes:
@@ -256,7 +260,7 @@ class Membership:
     def reset(self, hard: bool, new_id: str | None = None, now: int = 0) -> list:
         """CLUSTER RESET: forget every other node; HARD also takes a new id (random
         from our rng unless given). Dropping the jobs is the broker's part."""
-        self._reachable = None
+        self._input()
         for node in [n for n in self.nodes.values() if n is not self.myself]:
             self._delete(node)
         self.blacklist.clear()
@@ -274,7 +278,7 @@ class Membership:
     def set_leaving(self, leaving: bool, now: int = 0) -> list:
         """CLUSTER LEAVING yes|no: advertised in our header flags (SPEC §8: the node
         "shows priority 100 in HELLO everywhere")."""
-        self._reachable = None
+        self._input()
         me = self.myself
         if bool(me.flags & FLAG_LEAVING) != leaving:
             me.flags ^= FLAG_LEAVING
@@ -368,7 +372,7 @@ class Membership:
         """Process the membership part of any bus message. Job-layer types only
         refresh what the header says about the sender; the broker dispatches them
         after this call (and should ignore senders ``is_known`` says no to)."""
-        self._reachable = None
+        self._input()
         self.stats_received += 1
         mtype = msg.type
         me = self.myself
@@ -536,7 +540,7 @@ class Membership:
 
     def tick(self, now: int) -> list:
         """Periodic work (every ~100 ms): pings, PFAIL, FAIL, handshake timeouts."""
-        self._reachable = None
+        self._input()
         timeout = self.node_timeout
         half = timeout // 2
         retry = max(timeout // 4, 100)
@@ -614,6 +618,12 @@ class Membership:
             if n.pong_received and not n.flags & _UNREACHABLE & ~FLAG_LEAVING:
                 return False
         return True
+
+    def _input(self) -> None:
+        """An input that may change a node's flags, the table or our id."""
+        self._reachable = None
+        if self.view is not None:
+            self.view.fresh = False
 
     def reachable_sorted(self) -> tuple[str, ...]:
         """:meth:`reachable_ids` sorted (a stable order for seeded choices), cached

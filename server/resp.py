@@ -172,7 +172,7 @@ class ClientConnection:
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
-        self.node.stats["total_net_input_bytes"] += len(data)
+        self.node.net_input_bytes += len(data)
         try:
             self.reader.feed(data)
         except ProtocolError as e:
@@ -234,7 +234,7 @@ class ClientConnection:
                 out.append(encode(reply, client.proto))
         if out:
             data = b"".join(out)    # one reply: join returns it as is
-            node.stats["total_net_output_bytes"] += len(data)
+            node.net_output_bytes += len(data)
             if self.driver.aof is None:     # no AOF: nothing to wait for, no extra call
                 self.transport.write(data)
             else:
@@ -258,7 +258,7 @@ class ClientConnection:
             while slots and slots[0] is not None:
                 ready.append(slots.popleft())
             data = b"".join(ready)
-        self.node.stats["total_net_output_bytes"] += len(data)
+        self.node.net_output_bytes += len(data)
         self.write(data)
         if slots:
             return

@@ -93,7 +93,7 @@ def _section_persistence(node, now):
 
 
 def _section_stats(node, now):
-    return list(node.stats.items())
+    return list(node.stats_now().items())
 
 
 def _section_cpu(node, now):
@@ -180,6 +180,8 @@ def config(node, client, argv):
         except ConfigError as e:
             msg = str(e)
             return Error(msg if msg.startswith("ERR") else "ERR " + msg)
+        finally:
+            node.config_applied()
         return OK
     if sub == b"rewrite" and len(argv) == 2:
         if not cfg.config_file:
@@ -190,9 +192,7 @@ def config(node, client, argv):
             return Error(f"ERR Rewriting config file: {e.strerror or e}")
         return OK
     if sub == b"resetstat" and len(argv) == 2:
-        for k in node.stats:
-            node.stats[k] = 0
-        node.cmdstats.clear()
+        node.reset_stats()
         return OK
     raise CommandError("ERR CONFIG subcommand must be one of GET, SET, RESETSTAT, REWRITE")
 

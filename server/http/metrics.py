@@ -140,7 +140,7 @@ class NodeCollector:
             latency.add_metric(label, buckets, total)
         yield calls
         yield latency
-        for key, value in node.stats.items():
+        for key, value in node.stats_now().items():
             yield CounterMetricFamily(f"disquette_{STAT_NAMES.get(key, key)}",
                                       f"INFO stats {key}.", value=value)
 

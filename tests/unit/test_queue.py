@@ -5,19 +5,13 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker.job import ACTIVE, Job
 from broker.queue import JobList, Queue
 
 
-class J:
-    __slots__ = ("ctime", "queue", "n")
-
-    def __init__(self, ctime: int, n: int) -> None:
-        self.ctime = ctime
-        self.queue = b"q"
-        self.n = n
-
-    def __repr__(self) -> str:
-        return f"J({self.ctime}#{self.n})"
+def J(ctime: int, n: int) -> Job:
+    """A job with this ctime (queues take real Jobs: a typed field in the compiled build)."""
+    return Job(b"job-%d" % n, b"q", b"", ACTIVE, 1, 0, ctime, 0, 0)
 
 
 # add a new job with a ctime offset from the newest one (mostly increasing), re-add a
@@ -35,8 +29,8 @@ ops = st.lists(st.one_of(
 @given(ops)
 def test_joblist_behaves_like_a_sorted_list(ops):
     jl = JobList()
-    queued: list[J] = []     # the model: the live jobs
-    out: list[J] = []        # jobs taken out, may come back
+    queued: list[Job] = []     # the model: the live jobs
+    out: list[Job] = []        # jobs taken out, may come back
     last = 1000
     n = 0
     for op, arg in ops:
