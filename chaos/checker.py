@@ -23,6 +23,10 @@ Ours:
   did not reach every holder in time), or after the retry timer;
 - failed_then_delivered: an add answered with an error yet delivered (Disque's
   NOREPL deletes copies best-effort only);
+- lost_where: for each lost job, the damaged disks that cut its records (disk
+  faults' ``discarded`` events), and lost_every_copy_cut: those cut on as many
+  damaged disks as their REPLICATE level (still lost: a copy may have had
+  time to be delivered between two damages);
 - latency percentiles: adds (invoke -> reply) and deliveries (add invoked ->
   first delivery);
 - unavailability: the longest stretch, while producers ran, with no add
@@ -301,7 +305,8 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
         add_latency=add_latency,
         delivery_latency=delivery_latency,
         examples={name: values[:EXAMPLES] for name, values in (
-            ("lost", lost), ("lost_where", lost_where), ("unexpected", unexpected), ("duplicated", duplicated),
+            ("lost", lost), ("lost_where", lost_where), ("unexpected", unexpected),
+            ("duplicated", duplicated),
             ("recovered", recovered), ("retry0_redelivered", retry0_twice),
             ("retry0_undelivered", retry0_undelivered),
             ("uncollected", sorted({i for v in uncollected_by_node.values() for i in v})),

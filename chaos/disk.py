@@ -25,6 +25,10 @@ and what the node did about it, as ``disk`` events (``node``, ``what``, ...):
   are paused a while before (``backlog``), so that acknowledged jobs wait in
   their queues when the power goes: what the cut costs shows as lost.
 
+The AOF faults also record, as ``discarded``, the ids of the jobs the node's
+file held and the damaged file no longer gives back (``live_jobs``): the
+checker names, for a lost job, the damaged disks that had its copies.
+
 After the damage the node is recovered as an operator would (``boot``): start
 it; if it refuses, ``disquette-check-aof --fix --force`` (``fixed``) and start
 it again; it rejoins with its nodes.conf.
