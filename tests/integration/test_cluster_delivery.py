@@ -385,10 +385,12 @@ def test_a_job_queued_where_no_consumer_is_reaches_one_fed_by_another_node(cl):
         t.start()
     try:
         wait(lambda: got.count(b"from-2") >= 20)    # node 2 is node 0's source
-        # Node 1's answer to node 0's first asks (nothing here) has expired.
-        time.sleep(4)
-        t0 = time.monotonic()
+        # Queued on node 1 while paused out: not pushed to node 0 (which asked
+        # it for jobs at first), only a NEEDJOBS from now on can fetch it.
+        assert cmd(cl[1], "PAUSE", "fedq", "out") == b"out"
         jid = addjob(cl[1], "fedq", "from-1", 5000, "REPLICATE", 1)
+        assert cmd(cl[1], "PAUSE", "fedq", "none") == b"none"
+        t0 = time.monotonic()
         wait(lambda: b"from-1" in got, message="the job on node 1 never left it")
         print(f"job on a node with no consumer delivered after {elapsed_ms(t0):.0f} ms")
         wait(lambda: cl.gone_everywhere(jid))
