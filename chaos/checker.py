@@ -23,6 +23,10 @@ Ours:
   did not reach every holder in time), or after the retry timer;
 - failed_then_delivered: an add answered with an error yet delivered (Disque's
   NOREPL deletes copies best-effort only);
+- lost_where: for each lost job, the damaged disks that cut its records (disk
+  faults' ``discarded`` events), and lost_every_copy_cut: those cut on as many
+  damaged disks as their REPLICATE level (still lost: a copy may have had
+  time to be delivered between two damages);
 - latency percentiles: adds (invoke -> reply) and deliveries (add invoked ->
   first delivery);
 - unavailability: the longest stretch, while producers ran, with no add
@@ -136,6 +140,9 @@ class CheckResult:
     copies_expired_early: int = 0
     requeue_storms: int = 0
     max_deliveries_per_job_s: int = 0
+    # Disk faults (chaos/disk.py): the lost jobs with a record cut on as many
+    # damaged disks as their REPLICATE level (examples: lost_where)
+    lost_every_copy_cut: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -231,9 +238,19 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
     delivery_latency = percentiles(round(delivered_of[a.value][0].t - a.t, 6)
                                    for a in adds.values() if a.value in delivered_of)
 
+    cut = cut_copies(events)
+    lost_where = [f"{v}: REPLICATE {by_value[v].replicate}, records cut on "
+                  f"{', '.join(cut.get(by_value[v].id or '', ())) or 'no damaged disk'}"
+                  for v in lost]
+    every_copy_cut = [v for v in lost
+                      if len(cut.get(by_value[v].id or "", ())) >= (by_value[v].replicate or 1)]
+
     problems = []
     if lost:
-        problems.append(f"{len(lost)} acknowledged add(s) never delivered (lost)")
+        problems.append(f"{len(lost)} acknowledged add(s) never delivered (lost)"
+                        + (f", {len(every_copy_cut)} of them with a record cut on as many "
+                           f"damaged disks as their REPLICATE level (see lost_where)"
+                           if every_copy_cut else ""))
     if unexpected:
         problems.append(f"{len(unexpected)} delivery(ies) of jobs never added (unexpected)")
     if retry0_twice:
@@ -288,7 +305,8 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
         add_latency=add_latency,
         delivery_latency=delivery_latency,
         examples={name: values[:EXAMPLES] for name, values in (
-            ("lost", lost), ("unexpected", unexpected), ("duplicated", duplicated),
+            ("lost", lost), ("lost_where", lost_where), ("unexpected", unexpected),
+            ("duplicated", duplicated),
             ("recovered", recovered), ("retry0_redelivered", retry0_twice),
             ("retry0_undelivered", retry0_undelivered),
             ("uncollected", sorted({i for v in uncollected_by_node.values() for i in v})),
@@ -301,8 +319,21 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
         copies_expired_early=len(copies_early),
         requeue_storms=len(storms),
         max_deliveries_per_job_s=busiest,
+        lost_every_copy_cut=len(every_copy_cut),
         **windows(events),
     )
+
+
+def cut_copies(events: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Job id -> where a damaged disk lost its record ("n3 at 85.6 s"), from
+    the ``discarded`` disk events (chaos/disk.py): for a lost job, whether
+    every copy went with a disk, or one survived and was not delivered."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for e in events:
+        if e["type"] == "disk" and e.get("what") == "discarded":
+            for jid in e.get("jobs") or ():
+                out[jid].append(f"{e['node']} at {e['t']:.1f} s")
+    return out
 
 
 # -- unavailability and recovery ---------------------------------------------------

@@ -25,6 +25,10 @@ and what the node did about it, as ``disk`` events (``node``, ``what``, ...):
   are paused a while before (``backlog``), so that acknowledged jobs wait in
   their queues when the power goes: what the cut costs shows as lost.
 
+The AOF faults also record, as ``discarded``, the ids of the jobs the node's
+file held and the damaged file no longer gives back (``live_jobs``): the
+checker names, for a lost job, the damaged disks that had its copies.
+
 After the damage the node is recovered as an operator would (``boot``): start
 it; if it refuses, ``disquette-check-aof --fix --force`` (``fixed``) and start
 it again; it rejoins with its nodes.conf.
@@ -44,7 +48,10 @@ from typing import Any
 
 from chaos.launcher import SYNCED_SUFFIX, Node, child_env, wait_for
 from chaos.workload import QUEUES
-from protocol.aof_codec import FILE_HEADER_SIZE, REC_HEADER_SIZE, AOFError, Scanner
+from protocol.aof_codec import (
+    FILE_HEADER_SIZE, REC_ACK, REC_DEL, REC_EXPIRED, REC_FLUSHALL, REC_HEADER_SIZE, REC_JOB_ROWS,
+    REC_JOBS, AOFError, Scanner, decode_ids, decode_jobs,
+)
 
 AOF_NAME = "disque.aof"                 # appendfilename's default
 
@@ -71,6 +78,34 @@ def records(path: Path) -> list[tuple[int, int]]:
     except AOFError:
         pass
     return out
+
+
+def live_jobs(path: Path) -> set[str]:
+    """The ids of the jobs a node loads from the file (not deleted, acked or
+    expired by a later record), read up to its first damage, as the node does."""
+    alive: set[bytes] = set()
+    scanner = Scanner()
+    try:
+        for _, payload in scanner.feed(path.read_bytes()):
+            kind = payload[0]
+            if kind in (REC_JOBS, REC_JOB_ROWS):
+                alive.update(decode_jobs(payload)[0])
+            elif kind in (REC_DEL, REC_ACK, REC_EXPIRED):
+                alive.difference_update(decode_ids(payload))
+            elif kind == REC_FLUSHALL:
+                alive.clear()
+    except AOFError:
+        pass
+    return {bytes(jid).decode() for jid in alive}
+
+
+def discarded(faults: Any, fault: int, node: Node, before: set[str]) -> None:
+    """Record the jobs ``node`` had in its file (``before``) that its damaged
+    file no longer gives back (a ``disk`` event, ``discarded``): the checker
+    names, for each job it finds lost, the damaged disks that held a copy."""
+    gone = before - live_jobs(aof_path(node))
+    faults.history.event("disk", node=node.name, what="discarded", fault=fault,
+                         count=len(gone), jobs=sorted(gone))
 
 
 def truncate(path: Path, offset: int) -> None:
@@ -180,6 +215,7 @@ def aof_truncate(faults: Any, node: Node, rng: random.Random, load_truncated: bo
     (with aof-load-truncated no unless ``load_truncated``) and recovers it."""
     node.kill()
     path = aof_path(node)
+    before = live_jobs(path)
     size = path.stat().st_size
     cut = rng.randrange(FILE_HEADER_SIZE, size + 1) if size > FILE_HEADER_SIZE else size
     boundary = cut == FILE_HEADER_SIZE or any(end == cut for _, end in records(path))
@@ -189,8 +225,10 @@ def aof_truncate(faults: Any, node: Node, rng: random.Random, load_truncated: bo
     def undo() -> None:
         boot(faults, [node], args)
         _rejoin(faults, node)
-    return faults._start("aof-truncate", undo, node=node.name, size=size, cut=cut,
-                         mid_record=not boundary, load_truncated=load_truncated)
+    fault = faults._start("aof-truncate", undo, node=node.name, size=size, cut=cut,
+                          mid_record=not boundary, load_truncated=load_truncated)
+    discarded(faults, fault, node, before)
+    return fault
 
 
 def aof_bitflip(faults: Any, node: Node, rng: random.Random) -> int:
@@ -200,6 +238,7 @@ def aof_bitflip(faults: Any, node: Node, rng: random.Random) -> int:
     that record's offset; the fault's end recovers it."""
     node.kill()
     path = aof_path(node)
+    before = live_jobs(path)
     spans = records(path)
     detail: dict[str, Any] = {"node": node.name}
     if len(spans) >= 3:
@@ -216,7 +255,9 @@ def aof_bitflip(faults: Any, node: Node, rng: random.Random) -> int:
     def undo() -> None:
         boot(faults, [node])
         _rejoin(faults, node)
-    return faults._start("aof-bitflip", undo, **detail)
+    fault = faults._start("aof-bitflip", undo, **detail)
+    discarded(faults, fault, node, before)
+    return fault
 
 
 def _misconf(node: Node) -> str | None:

@@ -27,7 +27,11 @@ def _delay(attempt: int, low: int, high: int) -> int:
 
 
 def need_jobs(cluster, q, now: int) -> None:
-    """Ask for jobs for q if its backoff allows (called while clients wait)."""
+    """Ask for jobs for q if its backoff allows (called while clients wait).
+    While recent sources answer, every reachable node is still asked now and
+    then (at most every BCAST_MIN_MS), as Disque's needJobsForQueue does: a
+    node with no consumer of its own is found only that way (issue 25: a
+    copy re-queued there waited until that node died, its disk damaged)."""
     broker = cluster.broker
     if broker.leaving or q.jobs:
         return
@@ -45,8 +49,9 @@ def need_jobs(cluster, q, now: int) -> None:
             q.needjobs_adhoc_attempt += 1
             next_ask = _delay(q.needjobs_adhoc_attempt, ADHOC_MIN_MS, ADHOC_MAX_MS)
             cluster.send_many(sorted(responders), B.NEEDJOBS, [q.name, count, next_ask])
-        return
     delay = _delay(q.needjobs_bcast_attempt, BCAST_MIN_MS, BCAST_MAX_MS)
+    if responders:
+        delay = max(delay, BCAST_MIN_MS)
     if now >= q.needjobs_bcast_time + delay:
         q.needjobs_bcast_time = now
         q.needjobs_bcast_attempt += 1

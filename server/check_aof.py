@@ -56,13 +56,15 @@ def main(argv: list[str] | None = None) -> int:
     out = sys.stdout
     try:
         with open(args.file, "rb") as f:
+            # The file's size, not what the check read: it stops at the damage.
+            size = os.fstat(f.fileno()).st_size
             s = fmt.check_chunks(_chunks(f))
     except OSError as e:
         print(f"Cannot read {args.file}: {e.strerror}", file=sys.stderr)
         return 3
 
     version = s.version if s.version is not None else "?"
-    print(f"AOF {args.file}: {s.size} bytes, format version {version}", file=out)
+    print(f"AOF {args.file}: {size} bytes, format version {version}", file=out)
     counts = ", ".join(f"{name} {s.records[k]}" for k, name in fmt.RECORD_NAMES.items())
     print(f"records: {sum(s.records.values())} ({counts}); job copies {s.jobs}", file=out)
     print(f"jobs alive at the end of the valid part: {s.live}", file=out)
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(e, fmt.BadHeader):
             print("This is not a file this version of Disquette can load.", file=out)
             return 2
-        lost = s.size - e.offset
+        lost = size - e.offset
         if args.fix and args.force:
             _truncate(args.file, e.offset)
             print(f"Truncated the AOF at byte offset {e.offset} ({lost} bytes discarded).",

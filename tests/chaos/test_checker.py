@@ -41,6 +41,26 @@ def test_a_lost_job_fails_the_run(tmp_path):
     assert r.problems == ["1 acknowledged add(s) never delivered (lost)"]
 
 
+def test_a_lost_job_names_the_damaged_disks_that_cut_its_records(tmp_path):
+    """Disk faults record the jobs each damaged file lost (chaos/disk.py,
+    ``discarded``): a lost job says where its copies went; one cut on as
+    many disks as its REPLICATE level is counted apart, and still fails."""
+    run = clean_run(tmp_path / "h.jsonl")
+    _, both, both_id = run.add(5.0)                 # REPLICATE 2: both copies cut
+    _, one, one_id = run.add(5.1)                   # one copy cut, the other not delivered
+    run.at(5.5).w.event("disk", node="n1", what="discarded", fault=1, count=2,
+                        jobs=[both_id, one_id])
+    run.at(25.0).w.event("disk", node="n2", what="discarded", fault=2, count=1, jobs=[both_id])
+    r = checked(run.finish(30.0))
+    assert not r.valid and r.lost == 2 and r.lost_every_copy_cut == 1
+    assert r.examples["lost_where"] == [
+        f"{both}: REPLICATE 2, records cut on n1 at 5.5 s, n2 at 25.0 s",
+        f"{one}: REPLICATE 2, records cut on n1 at 5.5 s"]
+    assert r.problems == ["2 acknowledged add(s) never delivered (lost), 1 of them with a "
+                          "record cut on as many damaged disks as their REPLICATE level "
+                          "(see lost_where)"]
+
+
 def test_an_unexpected_delivery_fails_the_run(tmp_path):
     run = clean_run(tmp_path / "h.jsonl")
     run.deliver(5.5, "never-added", "D-00000000-nobodyaddedthisjob00000-0000")

@@ -12,10 +12,13 @@ import json
 
 import pytest
 
+from broker import aof_format as fmt
+from broker.job import ACTIVE, Job
 from chaos.checker import check
-from chaos.disk import power_loss_lines
+from chaos.disk import flip_bit, live_jobs, power_loss_lines
 from chaos.history import read_history
-from protocol.aof_codec import FILE_HEADER_SIZE
+from protocol.aof_codec import FILE_HEADER_SIZE, REC_ACK, REC_HEADER_SIZE, file_header
+from server import check_aof
 from tests.chaos.crafted import Run
 from tests.chaos.short_run import run_chaos
 
@@ -72,7 +75,8 @@ def test_a_cut_aof_is_repaired_by_the_node_or_refused_naming_the_offset(out):
     boundary (rare) just loads."""
     cuts = [c["detail"] for c in started(out, "aof-truncate", "aof-truncate")]
     assert [c["load_truncated"] for c in cuts] == [True, False]
-    said = [e for e in events(out, "aof-truncate", "disk") if e["what"] != "fixed"]
+    said = [e for e in events(out, "aof-truncate", "disk")
+            if e["what"] not in ("fixed", "discarded")]
     assert [e["node"] for e in said] == [c["node"] for c in cuts]
     for cut, e in zip(cuts, said):
         if not cut["mid_record"]:
@@ -92,6 +96,19 @@ def test_a_flipped_bit_is_refused_naming_the_file_and_the_offset(out):
     assert [r["offset"] for r in refused] == [f["detail"]["expected_offset"] for f in flips]
     assert all("disque.aof" in r["message"] for r in refused)
     assert [e["status"] for e in disk_events(out, "aof-bitflip", "fixed")] == [0]
+
+
+@pytest.mark.parametrize("name", ["aof-truncate", "aof-bitflip"])
+def test_each_damage_records_the_jobs_its_file_lost(out, name):
+    """What the checker names for a lost job (lost_where): per damaged
+    file, the ids of the jobs it held that the damaged file no longer gives
+    back (job ids, as the history writes them)."""
+    faults = [f["fault"] for f in started(out, name, name)]
+    cut = disk_events(out, name, "discarded")
+    assert [d["fault"] for d in cut] == faults
+    for d in cut:
+        assert d["count"] == len(d["jobs"])
+        assert all(len(j) == 40 and j.startswith("D-") for j in d["jobs"]), d["jobs"][:3]
 
 
 def test_a_full_disk_answers_misconf_under_everysec_then_writes_again(out):
@@ -143,3 +160,37 @@ def test_the_checker_excuses_only_the_loss_a_policy_allows(tmp_path):
     no, _ = power_cut_history(tmp_path, "no", None)
     assert no.valid and no.lost == 0 and no.power_loss[0]["excused"] == 3
     assert "appendfsync no): 3 of 3 acknowledged adds lost" in power_loss_lines(no)
+
+
+# -- what a damaged file lost, on a crafted file -------------------------------------
+def test_live_jobs_reads_what_a_node_loads_up_to_the_first_damage(tmp_path):
+    """chaos.disk.live_jobs (the ``discarded`` events): jobs written and not
+    acked or deleted later, read as far as the file is whole."""
+    ids = [f"D-00000000-job{i:021d}-0000".encode() for i in range(4)]
+    jobs = [Job(jid, b"q", b"body", ACTIVE, 2, 10**13, 1, 0, 5) for jid in ids]
+    path = tmp_path / "disque.aof"
+    head = file_header() + fmt.encode_jobs(jobs[:3]) + fmt.encode_ids(REC_ACK, [ids[0]])
+    path.write_bytes(head + fmt.encode_jobs(jobs[3:]))
+    assert live_jobs(path) == {jid.decode() for jid in ids[1:]}
+    flip_bit(path, (len(head) + REC_HEADER_SIZE + 2) * 8)   # the last job's record damaged
+    assert live_jobs(path) == {ids[1].decode(), ids[2].decode()}
+
+
+def test_the_operators_fix_says_how_many_bytes_it_discards(tmp_path, monkeypatch, capsys):
+    """``disquette-check-aof --fix --force`` on a file damaged early names
+    the bytes it cuts off: the rest of the file, not of the chunk it was
+    reading when it found the damage (the aof-bitflip runs reported whole
+    MiB as the file's size)."""
+    monkeypatch.setattr(check_aof, "CHUNK", 64)     # files of MiB, in small
+    jobs = [Job(f"D-00000000-job{i:021d}-0000".encode(), b"q", b"body", ACTIVE, 2, 10**13, 1,
+                0, 5) for i in range(40)]
+    records = [fmt.encode_jobs([j]) for j in jobs]
+    path = tmp_path / "disque.aof"
+    path.write_bytes(file_header() + b"".join(records))
+    size = path.stat().st_size
+    damaged = FILE_HEADER_SIZE + len(records[0])
+    flip_bit(path, (damaged + REC_HEADER_SIZE + 2) * 8)
+    assert check_aof.main([str(path), "--fix", "--force"]) == 0
+    out = capsys.readouterr().out
+    assert f"AOF {path}: {size} bytes" in out
+    assert f"Truncated the AOF at byte offset {damaged} ({size - damaged} bytes discarded)" in out

@@ -354,3 +354,47 @@ def test_leaving_node_drains_its_jobs(cl):
     wait(lambda: qlen(leaver, "dq") == 0
          and client(leaver).info("jobs")["registered_jobs"] == 0)
     assert all(cl.gone_everywhere(j) for j in produced)
+
+
+def test_a_job_queued_where_no_consumer_is_reaches_one_fed_by_another_node(cl):
+    """(issue 25) Node 0's consumer gets jobs from node 2 (its recent source)
+    without pause; a job queued on node 1, which has no consumer, still
+    reaches it: node 0 also asks every node now and then, as Disque does.
+    Asking only its sources, it never did while node 2 kept sending."""
+    feeding = threading.Event()
+    feeding.set()
+
+    def feed():                         # node 2: jobs, no consumer
+        c = client(cl[2])
+        while feeding.is_set():
+            c.execute_command("ADDJOB", "fedq", "from-2", 5000, "REPLICATE", 1)
+            time.sleep(0.1)
+
+    got: list[bytes] = []
+
+    def consume():                      # node 0: takes and acks whatever comes
+        c = client(cl[0])
+        while feeding.is_set():
+            for _q, jid, body in c.execute_command("GETJOB", "TIMEOUT", 200, "FROM",
+                                                   "fedq") or []:
+                got.append(body)
+                c.execute_command("ACKJOB", jid)
+
+    threads = [threading.Thread(target=t, daemon=True) for t in (feed, consume)]
+    for t in threads:
+        t.start()
+    try:
+        wait(lambda: got.count(b"from-2") >= 20)    # node 2 is node 0's source
+        # Queued on node 1 while paused out: not pushed to node 0 (which asked
+        # it for jobs at first), only a NEEDJOBS from now on can fetch it.
+        assert cmd(cl[1], "PAUSE", "fedq", "out") == b"out"
+        jid = addjob(cl[1], "fedq", "from-1", 5000, "REPLICATE", 1)
+        assert cmd(cl[1], "PAUSE", "fedq", "none") == b"none"
+        t0 = time.monotonic()
+        wait(lambda: b"from-1" in got, message="the job on node 1 never left it")
+        print(f"job on a node with no consumer delivered after {elapsed_ms(t0):.0f} ms")
+        wait(lambda: cl.gone_everywhere(jid))
+    finally:
+        feeding.clear()
+        for t in threads:
+            t.join(5)
