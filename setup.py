@@ -25,8 +25,9 @@ CORE = [
     # encode, decode, shape checks), their handlers and the output driver.
     "protocol/bus.py", "cluster/cluster.py", "cluster/replication.py", "cluster/acks.py",
     "cluster/requeue.py", "server/driver.py",
-    # The client connection's read -> parse -> dispatch -> encode -> write loop.
-    "server/resp.py",
+    # The client connection's read -> parse -> dispatch -> encode -> write loop,
+    # and the node's clock (read by every ADDJOB).
+    "server/resp.py", "server/clock.py",
 ]
 
 ext_modules = []

@@ -130,6 +130,7 @@ class Node:
         self.perf_ns: Callable[[], int] = perf_ns
         self.rng = rng                      # random.Random
         self.ids = JobIds(rng)
+        self.jitter_state: i64 = rng.getrandbits(31)     # lifecycle.jitter's sequence
         self.host = host or Host()
         self.strict = strict
         # Command table (broker/commands), also under upper-case names: the hot
@@ -508,6 +509,7 @@ class Node:
             while q.blocked and q.jobs and not q.flags & PAUSED_OUT:
                 c = q.blocked[0]
                 job = lifecycle.deliver(self, q, now)
+                assert job is not None      # the queue has jobs
                 self.unblock_client(c)
                 self.outbox.append((c, [job_reply(job, c.block_withcounters)]))
 

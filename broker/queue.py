@@ -77,7 +77,7 @@ class JobList:
                 srt.add(job)
         self.size += 1
 
-    def popleft(self):
+    def popleft(self) -> Job | None:
         """Remove and return the oldest job, or None if there is none."""
         run = self._run
         srt = self._sorted
@@ -97,7 +97,7 @@ class JobList:
             self.size -= 1
             return job
 
-    def pop(self, index: int = 0):
+    def pop(self, index: int = 0) -> Job:
         """SortedKeyList's pop(0): the oldest job; IndexError when empty."""
         if index != 0:
             raise NotImplementedError("JobList pops the oldest job only")

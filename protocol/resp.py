@@ -210,6 +210,27 @@ def _bulk_into(out: list, v: bytes) -> None:
     out.append(_CRLF)
 
 
+# "*<n>\r\n" for the lengths of short arrays (GETJOB's replies...), as above.
+_ARRAY_HEADS: Final = tuple(b"*%d\r\n" % n for n in range(1024))
+
+
+def _list_into(out: list, v: list, resp3: bool) -> None:
+    """_array_into for a list (the usual array): a C loop over its items and
+    its head from a table."""
+    n = len(v)
+    out.append(_ARRAY_HEADS[n] if n < 1024 else b"*%d\r\n" % n)
+    for x in v:
+        if type(x) is bytes:
+            n = len(x)
+            out.append(_BULK_HEADS[n] if n < 1024 else b"$%d\r\n" % n)
+            out.append(x)
+            out.append(_CRLF)
+        elif type(x) is list:       # GETJOB's [[queue, id, body], ...]
+            _list_into(out, x, resp3)
+        else:
+            _into(out, x, resp3)
+
+
 def _array_into(out: list, v: Any, head: bytes, resp3: bool) -> None:
     out.append(b"%b%d\r\n" % (head, len(v)))
     for x in v:
@@ -218,8 +239,8 @@ def _array_into(out: list, v: Any, head: bytes, resp3: bool) -> None:
             out.append(_BULK_HEADS[n] if n < 1024 else b"$%d\r\n" % n)
             out.append(x)
             out.append(_CRLF)
-        elif type(x) is list:       # GETJOB's [[queue, id, body], ...]
-            _array_into(out, x, b"*", resp3)
+        elif type(x) is list:
+            _list_into(out, x, resp3)
         else:
             _into(out, x, resp3)
 
@@ -230,7 +251,10 @@ def _into(out: list, v: Any, resp3: bool) -> None:
     if k == K_BYTES:
         _bulk_into(out, bytes(v) if type(v) is not bytes else v)
     elif k == K_ARRAY:
-        _array_into(out, v, b"*", resp3)
+        if type(v) is list:
+            _list_into(out, v, resp3)
+        else:
+            _array_into(out, v, b"*", resp3)
     elif k == K_INT:
         if _I64_MIN <= v < _I64_LIMIT:
             out.append(b":%d\r\n" % v)
@@ -295,7 +319,7 @@ def _encode(v: Any, resp3: bool) -> bytes:
         return b":%d\r\n" % v
     out: list = []
     if t is list:
-        _array_into(out, v, b"*", resp3)
+        _list_into(out, v, resp3)
     else:
         _into(out, v, resp3)
     return b"".join(out)

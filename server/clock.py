@@ -51,9 +51,21 @@ class SteadyClock:
         return self.now
 
 
+class ProcessClock:
+    """() -> ms: the wall clock read once, then the monotonic clock's progress
+    through a SteadyClock. A class, not a closure, so that the compiled build
+    (setup.py) makes every read of the node's clock a C call."""
+
+    def __init__(self, wall_ns: Callable[[], int], monotonic_ns: Callable[[], int]) -> None:
+        self.monotonic_ns = monotonic_ns
+        self.start = wall_ns() // 1_000_000 - monotonic_ns() // 1_000_000
+        self.steady = SteadyClock(self.start + monotonic_ns() // 1_000_000)
+
+    def __call__(self) -> int:
+        return self.steady.read(self.start + self.monotonic_ns() // 1_000_000)
+
+
 def process_clock(wall_ns: Callable[[], int] = time.time_ns,
                   monotonic_ns: Callable[[], int] = time.monotonic_ns) -> Callable[[], int]:
     """() -> ms: the wall clock read once, then the monotonic clock's progress."""
-    start = wall_ns() // 1_000_000 - monotonic_ns() // 1_000_000
-    steady = SteadyClock(start + monotonic_ns() // 1_000_000)
-    return lambda: steady.read(start + monotonic_ns() // 1_000_000)
+    return ProcessClock(wall_ns, monotonic_ns)

@@ -29,7 +29,7 @@ def getjob(node: Node, client: Client, argv: list):
     names = None
     i, argc = 1, len(argv)
     while i < argc:
-        opt = _OPTIONS.get(argv[i]) or argv[i].lower()
+        opt: bytes = _OPTIONS.get(argv[i]) or argv[i].lower()
         last = i == argc - 1
         if opt == b"from":
             names = argv[i + 1:]
@@ -62,7 +62,9 @@ def getjob(node: Node, client: Client, argv: list):
             if q is None:
                 node.get_queue(name, create=True)
             elif q.jobs.size and not q.flags & PAUSED_OUT:
-                return [job_reply(lifecycle.deliver(node, q, node.clock()), withcounters)]
+                job = lifecycle.deliver(node, q, node.clock())
+                assert job is not None      # the queue has jobs
+                return [job_reply(job, withcounters)]
         found = None
     else:
         found = [q for q in (queues.get(n) or node.get_queue(n, create=True) for n in names)
