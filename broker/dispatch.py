@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Final
 
+from itertools import count
+
 from protocol.resp import Error
 
 # Command flags.
@@ -23,8 +25,12 @@ FLAG_NAMES = {F_NOAUTH: b"no_auth", F_LOADING: b"loading", F_DENYOOM: b"denyoom"
               F_WRITE: b"write", F_FAST: b"fast", F_ADMIN: b"admin"}
 
 
+# Each Command's index in a node's per-command counters (Node.command_stats).
+_SLOTS: Final = count()
+
+
 class Command:
-    __slots__ = ("name", "handler", "arity", "flags", "doc")
+    __slots__ = ("name", "handler", "arity", "flags", "doc", "slot")
 
     def __init__(self, name: bytes, handler: Callable[..., Any], arity: int, flags: int,
                  doc: str) -> None:
@@ -35,6 +41,7 @@ class Command:
         self.arity = arity      # Redis convention: N exact, -N at least N (name included)
         self.flags = flags
         self.doc = doc
+        self.slot: int = next(_SLOTS)
 
 
 class CommandError(Exception):

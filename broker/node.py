@@ -58,10 +58,6 @@ SHARDS_PER_CRON: Final = 256           # all 4096 in 1.6 s
 # falling (one cron run), the host is asked to give freed memory back to the
 # system (Host.release_memory): once after a drain, not at every step of it.
 RELEASE_MEMORY_DROP: Final = 32 * 1024 * 1024
-# cmdstats[name] = [calls, total ns, then the latency histogram: slot
-# LATENCY_SLOT0 + b counts the commands whose duration in ns has bit length b
-# (took less than 2**b ns)].
-LATENCY_SLOT0: Final = 2
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)   # server/host.py subclasses it
@@ -96,6 +92,19 @@ class Host:
     # CONFIG SET changed directive `name` (Node.config_changed): apply it, or
     # raise ConfigError to refuse it (every value of the SET is put back).
     def config_changed(self, name: str) -> None: ...
+
+
+class CommandStats:
+    """One command's counters on one node (INFO commandstats, GET /metrics), in
+    typed fields: nanoseconds (INFO shows usec: no division per command) and a
+    latency histogram in powers of two (latency[b] counts the commands whose
+    duration in ns has bit length b: took less than 2**b ns)."""
+
+    def __init__(self, name: bytes) -> None:
+        self.name = name
+        self.calls = 0
+        self.ns = 0
+        self.latency: list[int] = [0] * 64
 
 
 class ClusterView:
@@ -176,7 +185,8 @@ class Node:
         self._memo_now0 = self._memo_now1 = 0
         self._memo_t0 = self._memo_t1 = 0
         self.next_cron = now + CRON_INTERVAL_MS
-        self.cmdstats: dict[bytes, list] = {}
+        # by Command.slot (a list index, not a dict lookup by name); see cmdstats()
+        self.command_stats: list[CommandStats | None] = []
         self.slowlog: list = []
         self.slowlog_id = 0
         # The counters every command or read moves, in typed fields (a dict
@@ -246,7 +256,11 @@ class Node:
         for k in self.stats:
             self.stats[k] = 0
         self.commands_processed = self.net_input_bytes = self.net_output_bytes = 0
-        self.cmdstats.clear()
+        self.command_stats.clear()
+
+    def cmdstats(self) -> dict[bytes, CommandStats]:
+        """The counters of every command run since the start (or RESETSTAT), by name."""
+        return {st.name: st for st in self.command_stats if st is not None}
 
     # ------------------------------------------------------------------ clients
     def new_client(self, addr: str = "", laddr: str = "", fd: int = -1) -> Client:
@@ -305,15 +319,16 @@ class Node:
             self.internal_error(exc, "command %r" % bytes(argv[0]))
             reply = Error(f"ERR internal error: {exc.__class__.__name__}: {exc}")
         ns = perf_ns() - start
-        # cmdstats keeps nanoseconds (INFO shows usec): no division per command;
-        # then a latency histogram in powers of two, one slot per bit length of
-        # the duration (GET /metrics reads it): one C call and one add.
-        st = self.cmdstats.get(cmd.name)
+        stats = self.command_stats
+        slot = cmd.slot
+        if slot >= len(stats):
+            stats.extend([None] * (slot + 1 - len(stats)))
+        st = stats[slot]
         if st is None:
-            st = self.cmdstats[cmd.name] = [0] * (LATENCY_SLOT0 + 64)
-        st[0] += 1
-        st[1] += ns
-        st[LATENCY_SLOT0 + ns.bit_length()] += 1
+            st = stats[slot] = CommandStats(cmd.name)
+        st.calls += 1
+        st.ns += ns
+        st.latency[ns.bit_length()] += 1
         self.commands_processed += 1
         client.last_cmd = cmd.name
         slower = self.slowlog_slower

@@ -102,10 +102,10 @@ def _section_cpu(node, now):
 
 
 def _section_commandstats(node, now):
-    # node.cmdstats holds nanoseconds (cheaper to keep on the hot path).
+    # the node counts nanoseconds (cheaper to keep on the hot path)
     return [(f"cmdstat_{name.decode()}",
-             f"calls={calls},usec={ns // 1000},usec_per_call={ns / 1000 / calls:.2f}")
-            for name, (calls, ns, *_latency) in sorted(node.cmdstats.items())]
+             f"calls={st.calls},usec={st.ns // 1000},usec_per_call={st.ns / 1000 / st.calls:.2f}")
+            for name, st in sorted(node.cmdstats().items())]
 
 
 def _section_cluster(node, now):

@@ -18,7 +18,6 @@ from prometheus_client.core import (
 from prometheus_client.registry import CollectorRegistry
 
 from broker.job import STATE_NAMES
-from broker.node import LATENCY_SLOT0
 from broker.queue import PAUSED_IN, PAUSED_OUT
 
 MAX_QUEUE_SERIES = 200
@@ -133,10 +132,10 @@ class NodeCollector:
             "disquette_command_duration_seconds",
             "Time spent running commands in the node (INFO commandstats usec), by command.",
             labels=["command"])
-        for name, st in sorted(node.cmdstats.items()):
+        for name, st in sorted(node.cmdstats().items()):
             label = [name.decode()]
-            calls.add_metric(label, st[0])
-            buckets, total = _histogram(st, LATENCY_SLOT0, st[1])
+            calls.add_metric(label, st.calls)
+            buckets, total = _histogram(st.latency, 0, st.ns)
             latency.add_metric(label, buckets, total)
         yield calls
         yield latency
