@@ -131,11 +131,19 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def fresh_servers(ctx: Context) -> list[tuple[str, Callable[[], Server]]]:
-    """For the rows that need just-started processes: (kind, start) of each side."""
-    sides = [("disquette", start_disquette)]
+# For the rows that hold millions of jobs: above 75% of the default maxmemory
+# (1 GB) Disque replicates externally only, and a lone node then refuses every
+# ADDJOB (NOREPL ... I'm out of memory). Both get the same room.
+BIG_MAXMEMORY = ("--maxmemory", "8gb")
+
+
+def fresh_servers(ctx: Context, big: bool = False) -> list[tuple[str, Callable[[], Server]]]:
+    """For the rows that need just-started processes: (kind, start) of each side;
+    ``big``: both job servers with BIG_MAXMEMORY."""
+    extra = BIG_MAXMEMORY if big else ()
+    sides = [("disquette", lambda: start_disquette(*extra))]
     if ctx.has_disque:
-        sides.append(("disque", start_disque))
+        sides.append(("disque", lambda: start_disque(*extra)))
     return sides + [("redis", start_redis)]
 
 
@@ -252,7 +260,7 @@ def run_stall(ctx: Context) -> Result:
     """Fresh processes: the stall grows with the jobs the node holds (the GC)."""
     n = ctx.n(2_000_000)
     stall: dict[str, float] = {}
-    for kind, start in fresh_servers(ctx):
+    for kind, start in fresh_servers(ctx, big=True):
         server = start()
         try:
             cmd = ["LPUSH", "q", BODY] if kind == "redis" else ["ADDJOB", "q", BODY, "0"]

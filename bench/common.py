@@ -197,14 +197,15 @@ def disque_path() -> str | None:
     return path
 
 
-def start_disque(port: int | None = None) -> Server:
+def start_disque(*directives: str, port: int | None = None) -> Server:
     """The C Disque ($DISQUE_SERVER), no AOF, in a temp dir (its nodes.conf too)."""
     path = disque_path()
     if path is None:
         raise RuntimeError(f"{DISQUE_ENV} is not set")
     port = port or free_port()
     d = temp_dir("disque-bench-")
-    argv = [path, "--port", str(port), "--bind", HOST, "--dir", d, "--appendonly", "no"]
+    argv = [path, "--port", str(port), "--bind", HOST, "--dir", d, "--appendonly", "no",
+            *directives]
     return Server("disque", argv, port, d)
 
 
