@@ -173,6 +173,25 @@ def test_incomplete_frame_yields_nothing_yet():
     assert len(list(r)) == 1
 
 
+def test_frames_small_and_large_in_one_stream():
+    """Small frames are decoded from a copy of their body, large ones (over
+    64 KiB) from a view of the buffer: both read the same, however split."""
+    rng = random.Random(3)
+    msgs = [sample(bus.REPLJOB, JOB[:2] + [rng.randbytes(size)] + JOB[3:])
+            for size in (10, 200_000, 65_000, 70_000, 0, 1_000_000, 5)]
+    data = b"".join(encode_frame(m) for m in msgs)
+    assert read_all(data) == msgs
+    r = FrameReader()
+    got, pos = [], 0
+    while pos < len(data):
+        step = rng.randrange(1, 300_000)
+        r.feed(data[pos:pos + step])
+        pos += step
+        while (m := r.next_message()) is not None:
+            got.append(m)
+    assert got == msgs and r.buffered == 0
+
+
 def test_oversize_length_is_rejected_from_the_prefix_alone():
     r = FrameReader(max_frame_size=1000)
     r.feed(struct.pack(">I", 1001))          # no body needed to refuse it
