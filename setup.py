@@ -24,6 +24,8 @@ CORE = [
     # encode, decode, shape checks), their handlers and the output driver.
     "protocol/bus.py", "cluster/cluster.py", "cluster/replication.py", "cluster/acks.py",
     "cluster/requeue.py", "server/driver.py",
+    # What the cluster layer hands the driver: a Send per peer per turn.
+    "cluster/outputs.py",
     # The client connection's read -> parse -> dispatch -> encode -> write loop.
     "server/resp.py",
 ]
