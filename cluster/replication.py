@@ -175,7 +175,8 @@ def _achieved(cluster: Cluster, p: PendingAdd, now: int) -> None:
         cluster.send(target, B.ENQUEUE, job.id)
     elif not p.is_async:
         lifecycle.activate(broker, job, now)
-    _answer(cluster, p, Status(job.id.decode()))
+    if _waited(p):                      # not an ASYNC add, answered at once
+        _answer(cluster, p, Status(job.id.decode()))
 
 
 def abort(cluster: Cluster, p: PendingAdd, reply: Any) -> None:
