@@ -22,7 +22,9 @@ CORE = [
     "broker/commands/jobs.py", "broker/commands/getjob.py", "broker/commands/states.py",
     "broker/commands/args.py", "broker/commands/table.py",
     # The cluster's per-job path: bus frames (REPLJOB, GOTJOB, acks, requeues:
-    # encode, decode, shape checks), their handlers and the output driver.
+    # encode, decode, shape checks), their handlers and the output driver, and
+    # what the cluster layer hands the driver (a Send per peer per turn).
+    "cluster/outputs.py",
     "protocol/bus.py", "cluster/cluster.py", "cluster/replication.py", "cluster/acks.py",
     "cluster/requeue.py", "server/driver.py",
     # The client connection's read -> parse -> dispatch -> encode -> write loop,

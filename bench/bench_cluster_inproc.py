@@ -14,16 +14,27 @@ and a replica's cost per job are printed separately.
 
     .venv/bin/python bench/bench_cluster_inproc.py [-n 20000] [--reps 3]
     DISQUETTE_NO_EXTENSIONS=1 ... (the pure build)
+
+Instructions per job, one role at a time (callgrind counts only inside the C
+function named by --toggle-collect; with --count ROLE that role's work, and
+only it, runs inside contextvars' Context.run, whose C function is
+context_run; divide the total by the jobs, and by 2 for the replicas):
+
+    valgrind --tool=callgrind --toggle-collect=context_run \
+        .venv/bin/python bench/bench_cluster_inproc.py -n 1600 --reps 1 \
+        --only sync-c1 --count entry
 """
 
 from __future__ import annotations
 
 import argparse
+import contextvars
 import gc
 import random
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -32,7 +43,7 @@ from broker.config import Config  # noqa: E402
 from broker.job import random_node_id  # noqa: E402
 from cluster.membership import Membership  # noqa: E402
 from cluster.outputs import Link  # noqa: E402
-from protocol.bus import FrameReader  # noqa: E402
+from protocol.bus import DEFAULT_MAX_FRAME_SIZE, FrameReader  # noqa: E402
 from server.inprocess import InProcessNode, VirtualClock  # noqa: E402
 from tests.unit.test_cluster_batching import know_each_other  # noqa: E402
 
@@ -47,7 +58,12 @@ ROWS = {
 
 
 class FrameBus:
-    """The shell's side of one node: frames queued per destination."""
+    """The shell's side of one node: frames queued per destination. It has
+    what the output driver looks for on the process's bus (server/bus.py's
+    ClusterBus: the frame size limit, cork and uncork), so that the driver
+    takes the same path here."""
+
+    max_frame_size = DEFAULT_MAX_FRAME_SIZE
 
     def __init__(self) -> None:
         self.out: dict[str, list[bytes]] = {}
@@ -56,6 +72,12 @@ class FrameBus:
         self.out.setdefault(node_id, []).append(frame)
 
     def drop_link(self, node_id: str, forget: bool) -> None:
+        pass
+
+    def cork(self) -> None:
+        pass
+
+    def uncork(self) -> None:
         pass
 
 
@@ -86,7 +108,7 @@ class Peer:
         driver = self.node.driver
         for f in frames:
             reader.feed(f)
-        for msg in reader:
+        while (msg := reader.next_message()) is not None:
             driver.bus_message(self.link, msg, now)
 
 
@@ -96,9 +118,17 @@ def make_cluster(clock: VirtualClock) -> list[Peer]:
     return peers
 
 
-def run(row: str, n: int) -> tuple[float, float]:
-    """(entry node's, a replica's mean) CPU us per job."""
+def _direct(fn: Callable[[], None]) -> None:
+    fn()
+
+
+def run(row: str, n: int, count: str = "") -> tuple[float, float]:
+    """(entry node's, a replica's mean) CPU us per job. ``count``: the role
+    ("entry" or "replica") whose work runs inside Context.run, for callgrind."""
     pipeline, is_async = ROWS[row]
+    context_run = contextvars.copy_context().run
+    in_entry = context_run if count == "entry" else _direct
+    in_replica = context_run if count == "replica" else _direct
     clock = VirtualClock(NOW)
     peers = make_cluster(clock)
     entry = peers[0]
@@ -108,27 +138,41 @@ def run(row: str, n: int) -> tuple[float, float]:
     argv = [b"ADDJOB", b"q", BODY, b"0", b"REPLICATE", b"3"] + ([b"ASYNC"] if is_async else [])
     cpu = time.process_time_ns
     node = entry.node
-    for _ in range(n // pipeline):
-        t0 = cpu()
+    replicas = peers[1:]
+
+    def add_jobs() -> None:
         for client in clients:
             node.run(client, argv)
         entry.end_turn()
-        t1 = cpu()
-        entry.cpu += t1 - t0
-        sent = entry.bus.out
-        entry.bus.out = {}
-        for p in peers[1:]:
-            t0 = cpu()
-            p.read(entry.m.node_id, sent.get(p.m.node_id, []), clock.now)
+
+    def replica_turn(p: Peer, frames: list[bytes]) -> Callable[[], None]:
+        def turn() -> None:
+            p.read(entry.m.node_id, frames, clock.now)
             p.end_turn()
-            t1 = cpu()
-            p.cpu += t1 - t0
-        t0 = cpu()
-        for p in peers[1:]:
+        return turn
+
+    def read_replies() -> None:
+        for p in replicas:
             back = p.bus.out
             p.bus.out = {}
             entry.read(p.m.node_id, back.get(entry.m.node_id, []), clock.now)
         entry.end_turn()
+
+    for _ in range(n // pipeline):
+        t0 = cpu()
+        in_entry(add_jobs)
+        t1 = cpu()
+        entry.cpu += t1 - t0
+        sent = entry.bus.out
+        entry.bus.out = {}
+        for p in replicas:
+            turn = replica_turn(p, sent.get(p.m.node_id, []))
+            t0 = cpu()
+            in_replica(turn)
+            t1 = cpu()
+            p.cpu += t1 - t0
+        t0 = cpu()
+        in_entry(read_replies)
         entry.cpu += cpu() - t0
     jobs = n // pipeline * pipeline
     replies = [r for c in clients for r in c.conn.replies]
@@ -142,11 +186,13 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=20_000, help="jobs per repetition")
     ap.add_argument("--reps", type=int, default=3, help="best of this many")
     ap.add_argument("--only", default=",".join(ROWS), help="rows, comma-separated")
+    ap.add_argument("--count", choices=("entry", "replica"), default="",
+                    help="run that role's work inside Context.run (callgrind, see above)")
     args = ap.parse_args()
     gc.disable()
     print(f"compiled_core: {COMPILED_CORE}")
     for row in args.only.split(","):
-        best = min((run(row, args.n) for _ in range(args.reps)), key=sum)
+        best = min((run(row, args.n, args.count) for _ in range(args.reps)), key=sum)
         print(f"{row:10s} entry {best[0]:6.1f} us/job   replica {best[1]:6.1f} us/job")
     return 0
 

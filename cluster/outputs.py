@@ -3,7 +3,8 @@
 The membership (cluster/membership.py) and the job layer (cluster/cluster.py)
 return these; the output driver (server/driver.py) and the simulator
 (cluster/sim.py) carry them out. ``Link`` is the input side: where a bus
-message came from, as the shell saw the socket.
+message came from, as the shell saw the socket. Compiled with the core
+(setup.py): ``Send`` is on the per-job path.
 """
 
 from __future__ import annotations
@@ -33,16 +34,38 @@ class Link:
 
 # -- outputs -------------------------------------------------------------------------
 
-@dataclass(slots=True, frozen=True)
 class Send:
     """Send ``msg`` to ``node_id``; connect to (ip, bus_port) if there is no link.
     The same message object may be the payload of many Sends (broadcast): encode it
-    once."""
+    once. Not to be changed once made.
 
-    node_id: str
-    ip: str
-    bus_port: int
-    msg: BusMessage
+    One is made per peer per event-loop turn that sends it anything: a plain
+    class rather than a frozen dataclass (whose ``__init__`` sets each field
+    through ``object.__setattr__``: several thousand instructions a Send), a
+    native class with C fields in the compiled build (setup.py). Equality,
+    hash and repr are a frozen dataclass's."""
+
+    __slots__ = ("node_id", "ip", "bus_port", "msg")
+
+    def __init__(self, node_id: str, ip: str, bus_port: int, msg: BusMessage) -> None:
+        self.node_id = node_id
+        self.ip = ip
+        self.bus_port = bus_port
+        self.msg = msg
+
+    def _fields(self) -> tuple[str, str, int, BusMessage]:
+        return (self.node_id, self.ip, self.bus_port, self.msg)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Send):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return "Send(node_id=%r, ip=%r, bus_port=%r, msg=%r)" % self._fields()
 
 
 @dataclass(slots=True, frozen=True)

@@ -16,7 +16,6 @@ are confirmed or the same error, and a failed add forgets its key.
 
 from __future__ import annotations
 
-from collections import deque
 from typing import TYPE_CHECKING, Any, cast
 
 from broker import lifecycle
@@ -47,7 +46,7 @@ class PendingAdd:
     """An ADDJOB whose copies are not all confirmed yet."""
 
     __slots__ = ("job", "client", "deadline", "is_async", "external", "next_widen",
-                 "widen_every", "reply", "followers")
+                 "widen_every", "reply", "followers", "later")
 
     def __init__(self, job: Job, client: Any, deadline: int, is_async: bool, external: bool,
                  next_widen: int) -> None:
@@ -59,7 +58,10 @@ class PendingAdd:
         self.next_widen = next_widen
         self.widen_every = WIDEN_EVERY_MS   # doubles for ASYNC adds: see tick
         self.reply: Any = None          # set when it ends, until the client gets it
-        self.followers: list[PendingAdd] = []   # (ext) retries of this add (IDEMPOTENCY key)
+        # (ext) retries of this add (IDEMPOTENCY key), None while there is none
+        self.followers: list[PendingAdd] | None = None
+        # The same client's next sync ADDJOB waiting for its reply (_wait_in_order).
+        self.later: PendingAdd | None = None
 
 
 def _nodes(s: set[str] | None) -> set[str]:
@@ -73,8 +75,9 @@ def _answer(cluster: Cluster, p: PendingAdd, reply: Any) -> None:
     the order the commands came, whatever order their copies are confirmed in.
     The add's followers (retries with its IDEMPOTENCY key) get the same reply;
     if it is an error, the key is forgotten: a retry must create the job."""
-    if p.followers:
-        followers, p.followers = p.followers, []
+    followers = p.followers
+    if followers:
+        p.followers = None
         for f in followers:
             _answer(cluster, f, reply)
     job = p.job
@@ -86,10 +89,28 @@ def _answer(cluster: Cluster, p: PendingAdd, reply: Any) -> None:
     p.client = None
     p.reply = reply
     waiting = cluster.waiting_adds[client]
-    while waiting and waiting[0].reply is not None:
-        cluster.broker.outbox.append((client, waiting.popleft().reply))
-    if not waiting:
+    outbox = cluster.broker.outbox
+    first: PendingAdd | None = waiting[0]
+    while first is not None and first.reply is not None:
+        outbox.append((client, first.reply))
+        first = first.later
+    if first is None:
         del cluster.waiting_adds[client]
+    else:
+        waiting[0] = first
+
+
+def _wait_in_order(cluster: Cluster, client: Any, p: PendingAdd) -> None:
+    """p's reply goes to client after those of its earlier sync ADDJOBs (_answer):
+    a client's waiting adds are a chain through PendingAdd.later, of which
+    cluster.waiting_adds keeps [oldest, newest] (no queue object made and
+    dropped for each ADDJOB)."""
+    waiting = cluster.waiting_adds.get(client)
+    if waiting is None:
+        cluster.waiting_adds[client] = [p, p]
+    else:
+        waiting[1].later = p
+        waiting[1] = p
 
 
 def _waited(p: PendingAdd) -> bool:
@@ -106,15 +127,18 @@ def known_add(cluster: Cluster, client: Any, jid: bytes) -> Any:
     if p is None or p.is_async:
         return Status(jid.decode())
     f = PendingAdd(p.job, client, 0, False, p.external, 0)
-    p.followers.append(f)
-    cluster.waiting_adds.setdefault(client, deque()).append(f)
+    if p.followers is None:
+        p.followers = [f]
+    else:
+        p.followers.append(f)
+    _wait_in_order(cluster, client, f)
     return BLOCKED
 
 
 def replicate_new_job(cluster: Cluster, client: Any, job: Job, timeout: int, is_async: bool,
                       external: bool) -> Any:
     broker = cluster.broker
-    now = broker.clock()
+    now: int = broker.clock()
     peers = cluster.m.reachable_sorted()
     wanted = job.repl if external else job.repl - 1
     # Every reachable peer (REPLICATE 3 on 3 nodes): no choice to make.
@@ -123,14 +147,14 @@ def replicate_new_job(cluster: Cluster, client: Any, job: Job, timeout: int, is_
         job.nodes_delivered = set(chosen)
         job.nodes_confirmed = set()
     else:
-        me = cluster.myself_id
+        me = cluster.me.id
         job.nodes_delivered = {me, *chosen}
         job.nodes_confirmed = {me}
     p = PendingAdd(job, None if is_async else client, now + timeout if timeout else 0,
                    is_async, external, now + WIDEN_EVERY_MS)
     cluster.pending[job.id] = p
     if not is_async:
-        cluster.waiting_adds.setdefault(client, deque()).append(p)
+        _wait_in_order(cluster, client, p)
     if not external:
         lifecycle.add_pending(broker, job)    # wait-repl until confirmed (or ASYNC below)
     cluster.send_many(chosen, B.REPLJOB, wire_fields(job, now))
@@ -151,7 +175,8 @@ def _achieved(cluster: Cluster, p: PendingAdd, now: int) -> None:
         cluster.send(target, B.ENQUEUE, job.id)
     elif not p.is_async:
         lifecycle.activate(broker, job, now)
-    _answer(cluster, p, Status(job.id.decode()))
+    if _waited(p):                      # not an ASYNC add, answered at once
+        _answer(cluster, p, Status(job.id.decode()))
 
 
 def abort(cluster: Cluster, p: PendingAdd, reply: Any) -> None:
@@ -283,8 +308,11 @@ def on_enqueue(cluster: Cluster, sender: str, jid: Any, now: int) -> None:
 
 
 def client_closed(cluster: Cluster, client: Any) -> None:
-    for p in cluster.waiting_adds.pop(client, ()):
+    waiting = cluster.waiting_adds.pop(client, None)
+    p = waiting[0] if waiting is not None else None
+    while p is not None:
         p.client = None
+        p = p.later
 
 
 # ------------------------------------------------- (ext) times across the bus
@@ -306,6 +334,8 @@ def local_fields(fields: list, now: int) -> list:
     n = len(fields)
     if n in (15, 16) and type(fields[n - 1]) is int:
         local = fields[:n - 1]
-        local[6] = fields[6] + now - fields[n - 1]
+        etime: int = fields[6]
+        sent_at: int = fields[n - 1]
+        local[6] = etime + now - sent_at
         return local
     return fields

@@ -57,6 +57,8 @@ PROTOCOL_VERSION: Final = 1
 DEFAULT_MAX_FRAME_SIZE = 512 * 1024 * 1024 + 1024 * 1024
 
 _LEN = struct.Struct(">I")
+# Frames up to this size are decoded from a copy of their body (FrameReader).
+_COPY_MAX: Final = 64 * 1024
 _HEX40 = re.compile(r"[0-9a-f]{40}\Z")
 
 # -- message types --------------------------------------------------------------
@@ -275,10 +277,18 @@ def _list_of(x: Any, check: Callable[[Any], bool]) -> bool:
 
 
 def _node_ids(x: Any) -> bool:
-    return x is None or _list_of(x, _node_id)
-
-
-_JOB_INTS: Final = (3, 4, 5, 6, 7, 8, 9, 10, 11, 13)
+    """None or a list of node ids (a loop of its own, not _list_of: REPLJOB
+    checks one per job, and a native call per id is cheaper than a call
+    through a function object)."""
+    if x is None:
+        return True
+    if type(x) is not list:
+        return False
+    ids: list = x
+    for item in ids:
+        if not _node_id(item):
+            return False
+    return True
 
 
 def _job_fields(f: Any) -> bool:
@@ -295,9 +305,12 @@ def _job_fields(f: Any) -> bool:
             and _job_id(f[0]) and type(f[1]) is bytes and type(f[2]) is bytes):
         return False
     fields: list = f
-    for i in _JOB_INTS:
+    # Fields 3 to 11 and 13 are ints (a range of C ints: no tuple of boxed indexes).
+    for i in range(3, 12):
         if type(fields[i]) is not int:
             return False
+    if type(fields[13]) is not int:
+        return False
     if not 0 <= fields[3] < 256:    # a state: a 32-bit field of the compiled Job
         return False
     return _node_ids(fields[12])
@@ -423,7 +436,8 @@ def decode_body(body: Any) -> BusMessage:
 
 
 class FrameReader:
-    """Sans-IO frame splitter: ``feed(data)`` then iterate the complete messages.
+    """Sans-IO frame splitter: ``feed(data)`` then iterate the complete messages
+    (or call ``next_message`` until it returns None).
 
     A length above ``max_frame_size`` (or zero) raises as soon as the 4-byte prefix
     is in, so a hostile peer cannot make us buffer more than one limit's worth.
@@ -493,34 +507,53 @@ class FrameReader:
         return self
 
     def __next__(self) -> BusMessage:
+        msg = self.next_message()
+        if msg is None:
+            raise StopIteration
+        return msg
+
+    def next_message(self) -> BusMessage | None:
+        """The next complete message, or None until more bytes come. What
+        iterating the reader does, without the StopIteration that ends each
+        read's loop (an exception costs the compiled build a traceback)."""
         if self._error is not None:
             raise self._error
-        mac = self._mac
-        tag_size = AUTH_TAG_SIZE if mac is not None else 0
+        tag_size = AUTH_TAG_SIZE if self._mac is not None else 0
         n = self._complete(tag_size)
         if n is None:
             self._compact()
-            raise StopIteration
+            return None
         pos = self._pos
-        start = pos + 4
-        end = start + n
-        with memoryview(self._buf) as mv:
-            view = mv[start:end]
-            try:
-                if mac is not None and not hmac.compare_digest(
-                        frame_tag(mac, self._seq, mv[pos:end]), mv[end:end + tag_size]):
-                    raise BusProtocolError(
-                        f"bus frame {self._seq} fails its authentication tag (forged, "
-                        "replayed or reordered)")
-                msg = decode_body(view)
-            except BusProtocolError as exc:
-                self._error = exc
-                raise
-            finally:
-                view.release()
+        end = pos + 4 + n
+        try:
+            if n <= _COPY_MAX:
+                # A small frame is decoded from a copy of its body: cheaper
+                # than a view of the buffer, which must be made and released.
+                msg = self._decode(self._buf, pos, end)
+            else:
+                with memoryview(self._buf) as mv:
+                    frame = mv[pos:end + tag_size]
+                    try:
+                        msg = self._decode(frame, 0, end - pos)
+                    finally:
+                        frame.release()
+        except BusProtocolError as exc:
+            self._error = exc
+            raise
         self._seq += 1
         self._pos = end + tag_size
         return msg
+
+    def _decode(self, data: Any, pos: int, end: int) -> BusMessage:
+        """The frame at data[pos:end] (length prefix and body), followed by its
+        tag on an authenticated link."""
+        mac = self._mac
+        if mac is not None and not hmac.compare_digest(
+                frame_tag(mac, self._seq, data[pos:end]), data[end:end + AUTH_TAG_SIZE]):
+            raise BusProtocolError(
+                f"bus frame {self._seq} fails its authentication tag (forged, "
+                "replayed or reordered)")
+        return decode_body(data[pos + 4:end])
 
     def _compact(self) -> None:
         # Drop consumed bytes once in a while instead of after every frame: slicing

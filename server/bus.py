@@ -119,7 +119,8 @@ class _Conn(asyncio.Protocol):
             # The handler (the output driver) deals with our own bugs itself.
             on_message = self.bus.on_message
             inbound = self.peer is None
-            for msg in self.reader:
+            reader = self.reader
+            while (msg := reader.next_message()) is not None:
                 if inbound and msg.sender != self.node_id:
                     # Inbound links are known by the sender id in the header.
                     self.bus._identify(self, msg.sender)

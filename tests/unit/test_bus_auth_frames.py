@@ -137,3 +137,23 @@ def test_forged_or_replayed_frames_are_refused(what):
         assert len(delivered) == 1                    # the original, not the copy
     else:
         assert delivered == []
+
+
+def test_large_signed_frames_are_checked_too():
+    """A frame over 64 KiB is read from a view of the buffer, not a copy: its
+    tag is checked all the same."""
+    key = B.session_keys("s", ND, NL)[0]
+    big = B.encode_frame(B.BusMessage(B.PING, ME, "127.0.0.1", 7711, 17711, 0, [],
+                                      b"x" * 100_000))
+    data = signed([frame(0), big, frame(2)], key)
+    r = B.FrameReader()
+    r.authenticate(key)
+    r.feed(data)
+    assert [m.port for m in r] == [7711, 7711, 7713]
+    mid = len(data) // 2                            # inside the big frame's body
+    flipped = data[:mid] + bytes([data[mid] ^ 1]) + data[mid + 1:]
+    r = B.FrameReader()
+    r.authenticate(key)
+    r.feed(flipped)
+    with pytest.raises(B.BusProtocolError, match="fails its authentication tag"):
+        list(r)

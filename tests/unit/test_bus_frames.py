@@ -154,14 +154,21 @@ def test_random_chunking_and_many_frames_in_one_feed():
             for _ in range(50)]
     data = b"".join(encode_frame(m) for m in msgs)
     assert read_all(data) == msgs
+    assert read_in_pieces(data, rng, 5000) == msgs
+
+
+def read_in_pieces(data: bytes, rng: random.Random, max_piece: int) -> list:
+    """``data`` fed to one reader in random pieces, the messages read after each."""
     r = FrameReader()
     got, pos = [], 0
     while pos < len(data):
-        step = rng.randrange(1, 5000)
-        r.feed(data[pos:pos + step])
-        pos += step
-        got.extend(r)
-    assert got == msgs
+        piece = rng.randrange(1, max_piece)
+        r.feed(data[pos:pos + piece])
+        pos += piece
+        while (m := r.next_message()) is not None:
+            got.append(m)
+    assert r.buffered == 0
+    return got
 
 
 def test_incomplete_frame_yields_nothing_yet():
@@ -171,6 +178,17 @@ def test_incomplete_frame_yields_nothing_yet():
     assert list(r) == []
     r.feed(frame[-1:])
     assert len(list(r)) == 1
+
+
+def test_frames_small_and_large_in_one_stream():
+    """Small frames are decoded from a copy of their body, large ones (over
+    64 KiB) from a view of the buffer: both read the same, however split."""
+    rng = random.Random(3)
+    msgs = [sample(bus.REPLJOB, JOB[:2] + [rng.randbytes(size)] + JOB[3:])
+            for size in (10, 200_000, 65_000, 70_000, 0, 1_000_000, 5)]
+    data = b"".join(encode_frame(m) for m in msgs)
+    assert read_all(data) == msgs
+    assert read_in_pieces(data, rng, 300_000) == msgs
 
 
 def test_oversize_length_is_rejected_from_the_prefix_alone():
