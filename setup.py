@@ -26,7 +26,7 @@ CORE = [
     # what the cluster layer hands the driver (a Send per peer per turn).
     "cluster/outputs.py",
     "protocol/bus.py", "cluster/cluster.py", "cluster/replication.py", "cluster/acks.py",
-    "cluster/requeue.py", "server/driver.py",
+    "cluster/requeue.py", "server/driver.py", "cluster/membership.py",
     # The client connection's read -> parse -> dispatch -> encode -> write loop,
     # and the node's clock (read by every ADDJOB).
     "server/resp.py", "server/clock.py",

@@ -193,7 +193,7 @@ class Membership:
         self.stats_sent += 1
         self._out.append(Send(node.id, node.ip, node.bus_port, msg))
 
-    def _gossip(self, now: int, dest: ClusterNode) -> list[GossipEntry]:
+    def _gossip(self, now: int, dest: ClusterNode | None) -> list[GossipEntry]:
         # Redis clusterSendPing: max(3, N/10) random nodes the receiver may not know,
         # never ourselves (the header is about us), handshake nodes or nodes without
         # an address, nor nodes that never answered us (they may be gone: do not
@@ -741,11 +741,11 @@ class Membership:
         m = cls(my_id, ip or my_ip, port, bus_port, node_timeout=node_timeout,
                 rng=rng, now=now)
         m.myself.flags |= my_flags & FLAG_LEAVING
-        for nid, nip, nport, busp, flags in entries:
+        for nid, nip, peer_port, peer_bus_port, flags in entries:
             if nid == my_id or flags & FLAG_HANDSHAKE or nid in m.nodes:
                 continue
-            node = ClusterNode(nid, nip, nport, busp, flags & (FLAG_FAIL | FLAG_NOADDR
-                                                                | FLAG_LEAVING), now)
+            node = ClusterNode(nid, nip, peer_port, peer_bus_port,
+                               flags & (FLAG_FAIL | FLAG_NOADDR | FLAG_LEAVING), now)
             m.nodes[nid] = node
         return m
 
