@@ -539,7 +539,7 @@ class Node:
             checked += 1
             if checked >= 1000:
                 break
-        if self.config.maxmemory and self.memory_level() >= 2:
+        if self.maxmemory and self.memory_level() >= 2:
             self.evict(now)
         if self.idempotency.expiries:
             self.idempotency.expire(now)
@@ -573,7 +573,7 @@ class Node:
     def memory_level(self) -> int:
         """0 below 75% of maxmemory, 1 above 75% (external replication), 2 above
         95% (evict what is safe to lose), 3 at or above 100% (refuse growth)."""
-        maxmem = self.config.maxmemory
+        maxmem = self.maxmemory
         if not maxmem:
             return 0
         used = self.used_memory()
@@ -586,10 +586,10 @@ class Node:
         return 0
 
     def out_of_memory(self) -> bool:
-        if self.used_memory() < self.config.maxmemory:
+        if self.used_memory() < self.maxmemory:
             return False
         self.evict(self.clock())
-        return self.used_memory() >= self.config.maxmemory
+        return self.used_memory() >= self.maxmemory
 
     def evict(self, now: int) -> None:
         """Drop what is safe to lose: acked jobs, delivered RETRY 0 jobs, then
