@@ -164,11 +164,12 @@ def merge_counters(job: Job, nacks: int, additional_deliveries: int) -> None:
         job.additional_deliveries = additional_deliveries
 
 
-def adopt_replica(node: Node, fields: list, now: int) -> Job:
+def adopt_replica(node: Node, fields: list, now: int, skew: int = 0) -> Job:
     """REPLJOB: hold a copy of a peer's job. A new copy is active, logged, and
     re-queued by its own timer only if the copy queued elsewhere is not acked in
     time (delay + retry from now, replication itself may take a while); an
-    existing copy learns the holders and counters it did not know."""
+    existing copy learns the holders and counters it did not know. ``skew``:
+    our clock minus the sender's (the job's ctime is in the sender's)."""
     jid = bytes(fields[0])
     job = node.get_job(jid)
     me = node.myself_id
@@ -194,7 +195,10 @@ def adopt_replica(node: Node, fields: list, now: int) -> Job:
         job.state = HELD
         job.flags |= FLAG_HELD
     elif job.retry:
-        start = max(now, job.ctime // 1_000_000 + job.delay * 1000)
+        # ctime is the sender's: with its clock ahead of ours, unconverted,
+        # the copy's timer waited that far too (the simulator's seed 3598 of
+        # the clock sweep: 261 s, beyond the copy's own retry)
+        start = max(now, job.ctime // 1_000_000 + skew + job.delay * 1000)
         job.requeue_time = start + job.retry * 1000 + jitter(node)
     _register(node, job)
     _record_job(node, job)

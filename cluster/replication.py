@@ -292,7 +292,8 @@ def on_repljob(cluster: Cluster, sender: str, fields: Any, now: int) -> None:
         return
     if jid in cluster.tombstones and broker.get_job(jid) is None:
         return                          # a late REPLJOB for a job already collected
-    job = lifecycle.adopt_replica(broker, local_fields(fields, now), now)
+    job = lifecycle.adopt_replica(broker, local_fields(fields, now), now,
+                                  sender_skew(fields, now))
     if job.state == HELD and cluster.heard_queued:
         requeue.released_early(cluster, job, now)
     cluster.send(sender, B.GOTJOB, jid)
@@ -326,16 +327,29 @@ def wire_fields(job: Job, now: int) -> list:
     return fields
 
 
+def _has_sender_clock(fields: list) -> bool:
+    n = len(fields)
+    return n in (15, 16) and type(fields[n - 1]) is int
+
+
+def sender_skew(fields: list, now: int) -> int:
+    """Our clock minus the sender's, by the clock a job's fields end with
+    (0 from a peer without the extension): what moves the sender's times
+    (expire time, ctime's milliseconds) to ours."""
+    if _has_sender_clock(fields):
+        sent_at: int = fields[len(fields) - 1]
+        return now - sent_at
+    return 0
+
+
 def local_fields(fields: list, now: int) -> list:
     """A job's fields from the bus, its expire time moved to our clock (by the
     sender's clock it ends with, if it does: a peer without the extension
     sends none), the sender's clock removed. A copy: the message may be
     shared (the simulator hands one to every destination)."""
-    n = len(fields)
-    if n in (15, 16) and type(fields[n - 1]) is int:
-        local = fields[:n - 1]
+    if _has_sender_clock(fields):
+        local = fields[:len(fields) - 1]
         etime: int = fields[6]
-        sent_at: int = fields[n - 1]
-        local[6] = etime + now - sent_at
+        local[6] = etime + sender_skew(fields, now)
         return local
     return fields

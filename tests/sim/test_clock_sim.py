@@ -238,3 +238,12 @@ def test_the_ttl_check_sees_an_expire_time_read_in_the_wrong_clock():
     expires early (as in Disque): the check above must see it."""
     violations = [v for seed in range(10) for v in ttl_run(seed, without_sender_clock)[0]]
     assert any("before its TTL" in v or "fewer copies" in v for v in violations), violations
+
+
+def test_a_copy_from_a_node_whose_clock_is_ahead_requeues_after_its_own_retry():
+    """Seed 3598 of a 10,000-seed sweep: n1's clock 256 s ahead of n4's (jumps);
+    n4 took the job's copy with its requeue timer at the originator's ctime
+    (unconverted), 261 s ahead for RETRY 1, and still held it, never acked,
+    when the run ended. The copy's timer now starts from our clock."""
+    report = Workload(3598, clocks=True).run()
+    assert report.violations == []
