@@ -77,13 +77,11 @@ def make_job_id(node_id: str, rnd144: int, ttl: int, retry: int) -> bytes:
     (RETRY > 0: odd) or at-most-once (even), so an ACKJOB for an unknown id
     knows whether a dummy ack is worth creating.
     """
-    prefix = _ID_PREFIX.get(node_id)
-    if prefix is None:
-        prefix = _ID_PREFIX[node_id] = b"D-" + node_id[:8].encode() + b"-"
     # b2a_base64 is what base64.b64encode runs, without its Python frame;
     # 18 bytes make exactly 24 chars, no padding. Concatenation, not a %-format
     # (which parses its format string every time).
-    return prefix + b2a_base64(rnd144.to_bytes(18, "big"), newline=False) + id_suffix(ttl, retry)
+    return (id_prefix(node_id) + b2a_base64(rnd144.to_bytes(18, "big"), newline=False)
+            + id_suffix(ttl, retry))
 
 
 # How many ids JobIds draws at once: one getrandbits and one base64 encoding for
@@ -118,12 +116,20 @@ class JobIds:
         self.pos = pos + 24
         if node_id != self.node_id:     # CLUSTER RESET HARD takes a new id
             self.node_id = node_id
-            self.prefix = b"D-" + node_id[:8].encode() + b"-"
+            self.prefix = id_prefix(node_id)
         if ttl != self.ttl or (retry != 0) != self.retry:
             self.ttl = ttl
             self.retry = retry != 0
             self.suffix = id_suffix(ttl, retry)
         return self.prefix + self.chars[pos:pos + 24] + self.suffix
+
+
+def id_prefix(node_id: str) -> bytes:
+    """b"D-<8 hex of node id>-" (see make_job_id)."""
+    prefix = _ID_PREFIX.get(node_id)
+    if prefix is None:
+        prefix = _ID_PREFIX[node_id] = b"D-" + node_id[:8].encode() + b"-"
+    return prefix
 
 
 def id_suffix(ttl: int, retry: int) -> bytes:

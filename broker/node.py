@@ -148,8 +148,8 @@ class Node:
         self.commands_anycase: dict[bytes, Command] = {
             **self.commands,
             **{n.upper(): c for n, c in self.commands.items()}}
-        # Our id and LEAVING flag belong to the cluster's node table when there is
-        # one (see the properties below); these serve a node without a cluster.
+        # Our id, LEAVING flag and reachable count: the cluster's node table's
+        # when there is one (a typed copy, see ClusterView), else these.
         self.view = ClusterView(node_id or random_node_id(rng))
         now = clock()
         self.start_time = now
@@ -191,7 +191,8 @@ class Node:
         self.slowlog_id = 0
         # The counters every command or read moves, in typed fields (a dict
         # entry of boxed ints cost a lookup, an add and a store each time);
-        # stats_now() folds them into INFO's order.
+        # stats_now() folds them into INFO's order, where their entries below
+        # only keep their place.
         self.commands_processed = 0
         self.net_input_bytes = 0
         self.net_output_bytes = 0
