@@ -16,7 +16,7 @@ class Client:
         "id", "addr", "laddr", "fd", "name", "proto", "authenticated", "ctime",
         "last_interaction", "last_cmd", "lib_name", "lib_ver", "closing",
         "monitor", "conn", "blocked_on", "block_deadline", "block_count",
-        "block_withcounters", "blocked_since",
+        "block_withcounters", "blocked_since", "last_word", "last_command",
     )
 
     def __init__(self, addr: str = "", laddr: str = "", fd: int = -1, now: int = 0,
@@ -42,6 +42,11 @@ class Client:
         self.block_count = 1
         self.block_withcounters = False
         self.blocked_since = 0
+        # The request word that named the last command and that command: the
+        # compiled reader hands a repeated name back as the same object, so
+        # dispatch finds the command by identity (Node.handle_command).
+        self.last_word: Any = None
+        self.last_command: Any = None
 
     @property
     def blocked(self) -> bool:

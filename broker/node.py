@@ -288,10 +288,17 @@ class Node:
         This is the hot path of every command: locals instead of repeated
         attribute lookups, and the checks that are almost always false first."""
         name = argv[0]
-        exact = type(name) is bytes
-        cmd = self.commands_anycase.get(name) if exact else None
-        if cmd is None:  # mixed case, or not bytes
-            cmd = self.commands.get(name.lower() if exact else bytes(name).lower())
+        cmd: Command | None
+        if name is client.last_word:
+            cmd = client.last_command
+        else:
+            exact = type(name) is bytes
+            cmd = self.commands_anycase.get(name) if exact else None
+            if cmd is None:  # mixed case, or not bytes
+                cmd = self.commands.get(name.lower() if exact else bytes(name).lower())
+            if cmd is not None and exact:
+                client.last_word = name
+                client.last_command = cmd
         arity = cmd.arity if cmd is not None else 0
         if cmd is None or (len(argv) != arity if arity > 0 else len(argv) < -arity):
             return dispatch_error(cmd, argv)

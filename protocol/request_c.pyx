@@ -11,7 +11,7 @@ bytes object. Nothing is re-encoded.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.string cimport memchr
+from libc.string cimport memchr, memcmp
 
 from protocol.request import (
     DEFAULT_MAX_BULK_LEN, DEFAULT_MAX_MULTIBULK_LEN, DEFAULT_MAX_QUERY_BUFFER,
@@ -88,6 +88,9 @@ cdef class CReader:
     cdef list _chunks
     cdef Py_ssize_t _chunks_len
     cdef object _error
+    # The last command's name: a request naming the same command gets this very
+    # object, so the node's dispatch knows it by identity (no hash, no lookup).
+    cdef bytes _name
     cdef public long long max_bulk_len
     cdef public long long max_query_buffer
     cdef public long long max_multibulk_len
@@ -108,6 +111,7 @@ cdef class CReader:
         self._chunks = []
         self._chunks_len = 0
         self._error = None
+        self._name = b""
 
     cpdef Py_ssize_t pending(self):
         """Bytes fed and not yet returned as part of a command."""
@@ -149,6 +153,23 @@ cdef class CReader:
             self._fail(ERR_QUERY_BUFFER)
         return r
 
+    def commands(self):
+        """Every complete command buffered, in order (PyReader.commands): one
+        call per read instead of one per command."""
+        cdef list out = []
+        while True:
+            try:
+                r = self._gets()
+                if r is False and self.pending() > self.max_query_buffer:
+                    self._fail(ERR_QUERY_BUFFER)
+            except ProtocolError:
+                if out:
+                    return out
+                raise
+            if r is False:
+                return out
+            out.append(r)
+
     cdef object _gets(self):
         if self._want or self._error is not None:
             if self._error is not None:
@@ -162,6 +183,7 @@ cdef class CReader:
         cdef Py_ssize_t start, nl, cr, line_end, e
         cdef long long n = 0, blen = 0
         cdef Py_ssize_t left
+        cdef bytes item
         while True:
             if argv is None:
                 # ---- between commands: a '*' header, or an inline line ----
@@ -231,7 +253,14 @@ cdef class CReader:
                 e = pos + <Py_ssize_t>blen
                 if p[e] != b'\r' or p[e + 1] != b'\n':
                     self._fail(ERR_BULK_CRLF)
-                argv.append(PyBytes_FromStringAndSize(p + pos, e - pos))
+                if len(argv) == 0 and e - pos == PyBytes_GET_SIZE(self._name) \
+                        and memcmp(p + pos, PyBytes_AS_STRING(self._name), e - pos) == 0:
+                    argv.append(self._name)
+                else:
+                    item = PyBytes_FromStringAndSize(p + pos, e - pos)
+                    if len(argv) == 0 and e - pos <= 32:
+                        self._name = item
+                    argv.append(item)
                 pos = e + 2
                 left -= 1
                 blen = -1
