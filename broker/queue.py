@@ -2,8 +2,9 @@
 
 New jobs almost always carry the largest ctime, so they go to the end; requeued
 and imported jobs may land in the middle. ``JobList`` keeps the first kind in a
-deque (C-speed append and popleft, 8 bytes a job) and only the second kind in a
-SortedKeyList (O(log n) anywhere), and pops whichever head is older.
+list read from a moving head (native append and pop in the compiled build, 8
+bytes a job) and only the second kind in a SortedKeyList (O(log n) anywhere),
+and pops whichever head is older.
 """
 
 from __future__ import annotations
@@ -30,13 +31,17 @@ _by_ctime = attrgetter("ctime")
 # Dead entries tolerated in a JobList's run before it is compacted (beyond as
 # many as there are live jobs): bounds the memory they hold.
 _DEAD_SLACK: Final = 1024
+# Popped slots kept at the front of a run before they are cut off (when they are
+# also half of it): each cut moves the rest once, so a pop costs O(1) amortized.
+_HEAD_SLACK: Final = 1024
 
 
 class JobList:
     """The jobs of one queue, oldest ctime first.
 
-    ``_run``: a deque whose ctimes never decrease; a job with a ctime at least
-    the last one's is appended there (almost every new job). ``_sorted``: a
+    ``_run``: a list whose ctimes never decrease from ``_head`` on (the slots
+    before it were popped and hold None); a job with a ctime at least the last
+    one's is appended there (almost every new job). ``_sorted``: a
     SortedKeyList for the others (requeued, NACKed, imported jobs), None while
     empty. Removing a job from the middle of the run would be O(n), so it is
     lazy: the job goes to ``_dead`` and its entry is skipped when it reaches the
@@ -48,10 +53,11 @@ class JobList:
     newest_first().
     """
 
-    __slots__ = ("_run", "_tail", "_sorted", "_dead", "size")
+    __slots__ = ("_run", "_head", "_tail", "_sorted", "_dead", "size")
 
     def __init__(self) -> None:
-        self._run: deque = deque()
+        self._run: list[Job | None] = []
+        self._head = 0              # the run's first live slot
         self._tail = 0              # the ctime of the run's last entry (typed: no lookup)
         self._sorted: SortedKeyList | None = None
         self._dead: set = set()
@@ -67,7 +73,7 @@ class JobList:
         else:
             run = self._run
             ctime = job.ctime
-            if not run or ctime >= self._tail:
+            if self._head >= len(run) or ctime >= self._tail:
                 run.append(job)
                 self._tail = ctime
             else:
@@ -83,19 +89,35 @@ class JobList:
         srt = self._sorted
         dead = self._dead
         while True:
-            if srt is not None and (not run or srt[0].ctime <= run[0].ctime):
-                job = srt.pop(0)
+            head = self._head
+            first = run[head] if head < len(run) else None
+            if srt is not None and (first is None or srt[0].ctime <= first.ctime):
+                job: Job = srt.pop(0)
                 if not srt:
                     self._sorted = srt = None
-            elif run:
-                job = run.popleft()
-                if dead and job in dead:
-                    dead.discard(job)
+            elif first is not None:
+                self._pop_run(head)
+                if dead and first in dead:
+                    dead.discard(first)
                     continue
+                job = first
             else:
                 return None
             self.size -= 1
             return job
+
+    def _pop_run(self, head: int) -> None:
+        """Drop the run's first live slot."""
+        run = self._run
+        run[head] = None
+        head += 1
+        if head >= len(run):
+            run.clear()
+            head = 0
+        elif head >= _HEAD_SLACK and 2 * head >= len(run):
+            del run[:head]
+            head = 0
+        self._head = head
 
     def pop(self, index: int = 0) -> Job:
         """SortedKeyList's pop(0): the oldest job; IndexError when empty."""
@@ -123,17 +145,20 @@ class JobList:
         dead.add(job)
         self.size -= 1
         if len(dead) > self.size + _DEAD_SLACK:
-            run = self._run = deque([j for j in self._run if j not in dead])
-            if run:
-                self._tail = run[-1].ctime
+            run = self._run = [j for j in self._run[self._head:] if j not in dead]
+            self._head = 0
+            last = run[-1] if run else None
+            if last is not None:
+                self._tail = last.ctime
             dead.clear()
 
     def _live_run(self):
+        run = islice(self._run, self._head, None)
         dead = self._dead
         if not dead:
-            return self._run
+            return run
         # Lazy (mypyc would make a generator expression a list).
-        return filterfalse(dead.__contains__, self._run)
+        return filterfalse(dead.__contains__, run)
 
     def __iter__(self):
         """Live jobs, oldest first."""
@@ -144,7 +169,7 @@ class JobList:
     def newest_first(self):
         """Live jobs, newest first."""
         dead = self._dead
-        run = reversed(self._run)
+        run = islice(reversed(self._run), len(self._run) - self._head)
         if dead:
             run = filterfalse(dead.__contains__, run)
         if self._sorted is None:
@@ -153,6 +178,7 @@ class JobList:
 
     def clear(self) -> None:
         self._run.clear()
+        self._head = 0
         self._sorted = None
         self._dead.clear()
         self.size = 0
