@@ -17,7 +17,6 @@ import argparse
 import gc
 import json
 import os
-import random
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from broker.config import Config
 from broker.node import Node
 from protocol.resp import get_encoder
 from server.compose import compose_node
+from server.process import ProcessRandom
 from server.resp import ClientConnection
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +38,7 @@ BODY = b"x" * 100
 
 def one_rep(n: int) -> tuple[float, float]:
     now = 1_700_000_000_000
-    node = Node(Config(), lambda: now, random.Random(1), perf_ns=time.perf_counter_ns,
+    node = Node(Config(), lambda: now, ProcessRandom(1), perf_ns=time.perf_counter_ns,
                 commands=COMMANDS)
     client = node.new_client("bench")
     enc = get_encoder(2)
@@ -75,7 +75,7 @@ class _Transport:
 def conn_rep(n: int) -> float:
     """CPU ns per ADDJOB, 16 per read, through server/resp.py's ClientConnection."""
     now = 1_700_000_000_000
-    node, _cluster, driver = compose_node(Config(), clock=lambda: now, rng=random.Random(1),
+    node, _cluster, driver = compose_node(Config(), clock=lambda: now, rng=ProcessRandom(1),
                                           perf_ns=time.perf_counter_ns)
     shell = SimpleNamespace(node=node, driver=driver, loop=None)
     conn = ClientConnection(shell)

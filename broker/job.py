@@ -110,8 +110,8 @@ class JobIds:
     def new(self, node_id: str, ttl: int, retry: int) -> bytes:
         pos = self.pos
         if pos >= len(self.chars):
-            rnd: int = self.rng.getrandbits(144 * ID_BATCH)
-            self.chars = b2a_base64(rnd.to_bytes(18 * ID_BATCH, "big"), newline=False)
+            # (A process's rng gives the OS's random bytes: server/process.py.)
+            self.chars = b2a_base64(self.rng.randbytes(18 * ID_BATCH), newline=False)
             pos = 0
         self.pos = pos + 24
         if node_id != self.node_id:     # CLUSTER RESET HARD takes a new id

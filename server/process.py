@@ -40,6 +40,15 @@ from server.tls import build_contexts, tls_wanted
 log = logging.getLogger("server")
 
 
+class ProcessRandom(random.Random):
+    """The node's random source in a process, seeded from the OS. Its random
+    bytes (the random parts of job ids, drawn 256 ids at a time) come from the
+    OS too: one call, rather than a big integer drawn and converted."""
+
+    def randbytes(self, n: int) -> bytes:
+        return os.urandom(n)
+
+
 class Server:
     def __init__(self, config: Config, argv: list[str]) -> None:
         self.config = config
@@ -52,7 +61,7 @@ class Server:
         self.clock = process_clock()
         self.timer_deadline = 0     # node time the armed timer is for
         self.node, self.cluster, self.driver = compose_node(
-            config, clock=self.clock, rng=random.Random(int.from_bytes(os.urandom(16), "big")),
+            config, clock=self.clock, rng=ProcessRandom(int.from_bytes(os.urandom(16), "big")),
             host=self.host, saved_nodes_conf=read_nodes_conf(config),
             perf_ns=time.perf_counter_ns,
             wake=self.wake_flush, arm_timer=self.arm_timer,
