@@ -4,6 +4,7 @@ job ids; a bad one raises CommandError with Disque's text."""
 from __future__ import annotations
 
 import re
+from typing import Final
 
 from broker.dispatch import CommandError
 from broker.job import BADID, valid_job_id
@@ -39,8 +40,8 @@ def parse_int(arg: bytes, message: str = "ERR value is not an integer or out of 
 # Disque keeps a job's TTL, DELAY and RETRY in 32-bit fields. Larger values are
 # taken as the largest such field (136 years), so that every time computed from
 # them (now + ttl * 1000...) fits a C int64 in both builds.
-MAX_SECONDS = (1 << 32) - 1
-MAX_TIMEOUT_MS = MAX_SECONDS * 1000
+MAX_SECONDS: Final = (1 << 32) - 1
+MAX_TIMEOUT_MS: Final = MAX_SECONDS * 1000
 
 
 def parse_timeout_ms(arg: bytes) -> int:

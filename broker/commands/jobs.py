@@ -84,7 +84,8 @@ def addjob(node: Node, client: Client, argv: list):
         else:
             raise CommandError(SYNTAX_ERROR)
         i += 1
-    timeout = 0 if argv[3] == b"0" else parse_timeout_ms(argv[3])
+    ms: bytes = argv[3]
+    timeout = 0 if ms == b"0" else parse_timeout_ms(ms)
 
     if retry == -1:
         retry = min(ttl // 10, DEFAULT_RETRY_MAX) or 1
