@@ -11,6 +11,8 @@ inputs, same error texts, same limits::
     while (argv := reader.gets()) is not False:
         ...                            # argv: list[bytes], one command
     # a ProtocolError from feed()/gets() means: reply with it, close the connection
+    for argv in reader.commands():     # the same, all the read's commands in one call
+        ...
 
 ``PyReader`` here is the reference, pure Python. ``protocol/request_c.pyx`` is
 the same reader written for the compiler (it walks the buffer with ``memchr``
@@ -278,6 +280,22 @@ class PyReader:
         if r is False and self.pending() > self.max_query_buffer:
             self._fail(ERR_QUERY_BUFFER)
         return r
+
+    def commands(self) -> list:
+        """Every complete command buffered, in order: ``gets()`` until False.
+        A malformed command ends the list, and the next call raises its
+        ProtocolError: the commands before it run first, as in Redis."""
+        out = []
+        while True:
+            try:
+                argv = self.gets()
+            except ProtocolError:
+                if out:
+                    return out
+                raise
+            if argv is False:
+                return out
+            out.append(argv)
 
     def _gets(self):
         if self._want or self._error is not None:

@@ -60,6 +60,8 @@ DENIED: Final = (
 
 # How long a refused client may keep its connection open after our reply.
 REFUSED_LINGER: Final = 2.0
+# ClientConnection.queued when no command waits (shared: never appended to).
+_NONE_QUEUED: Final[list] = []
 
 
 def is_local(peer: Any) -> bool:
@@ -92,6 +94,9 @@ class ClientConnection:
         # starts with bytes: a reply ready before the first None is written.
         self.slots: deque = deque()
         self.held: Any = None   # the command (or ProtocolError) read while slots waited
+        # Commands read (a read's, in one call) and not run yet: queued[queued_at:].
+        self.queued: list = _NONE_QUEUED
+        self.queued_at = 0
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -193,14 +198,21 @@ class ClientConnection:
         reader = self.reader
         out: list[bytes] = []
         slots = self.slots
+        queued = self.queued
+        i = self.queued_at
         argv: Any
         while True:
             argv = self.held
             if argv is not None:
                 self.held = None
+            elif i < len(queued):
+                argv = queued[i]
+                i += 1
             else:
+                queued = _NONE_QUEUED
+                i = 0
                 try:
-                    argv = reader.gets()
+                    queued = reader.commands()
                 except ProtocolError as e:
                     if slots:       # after the replies still to come
                         self.held = e
@@ -210,8 +222,10 @@ class ClientConnection:
                         self.write(b"".join(out))
                     self.protocol_error(e)
                     return
-                if argv is False:
+                if not queued:
                     break
+                argv = queued[0]
+                i = 1
             if slots and not node.runs_while_adds_wait(argv):
                 self.held = argv    # runs once every waiting ADDJOB is answered
                 self.waiting = True
@@ -232,6 +246,12 @@ class ClientConnection:
                 slots.append(encode(reply, client.proto))
             else:
                 out.append(encode(reply, client.proto))
+        if i < len(queued):
+            self.queued = queued
+            self.queued_at = i
+        else:               # none left: no argv kept alive until the next read
+            self.queued = _NONE_QUEUED
+            self.queued_at = 0
         if out:
             data = b"".join(out)    # one reply: join returns it as is
             node.net_output_bytes += len(data)
@@ -272,7 +292,7 @@ class ClientConnection:
             self.waiting = False
             if self.client.closing:
                 self.close()
-            elif self.reader.pending():
+            elif self.queued_at < len(self.queued) or self.reader.pending():
                 self.process()
 
     def write(self, data: bytes) -> None:
