@@ -47,8 +47,9 @@ READERS = [PyReader, CReader]
 # ---------------------------------------------------------------------------
 
 
-def trace(reader_cls, chunks, **limits):
-    """Feed chunks one by one, draining gets() after each.
+def trace(reader_cls, chunks, batch=False, **limits):
+    """Feed chunks one by one, draining gets() after each (commands() with
+    ``batch``: a read's commands in one call, until it returns none).
 
     Returns [(chunk index, [argv, ...]), ...] and, last, ("error", text) if a
     ProtocolError was raised (feeding stops there).
@@ -59,8 +60,12 @@ def trace(reader_cls, chunks, **limits):
         got = []
         try:
             r.feed(chunk)
-            while (argv := r.gets()) is not False:
-                got.append(argv)
+            if batch:
+                while cmds := r.commands():
+                    got += cmds
+            else:
+                while (argv := r.gets()) is not False:
+                    got.append(argv)
         except ProtocolError as e:
             out.append((i, got))
             out.append(("error", str(e)))
@@ -71,10 +76,14 @@ def trace(reader_cls, chunks, **limits):
 
 
 def both(chunks, **limits):
-    """The trace both readers give; fails if they differ."""
+    """The trace both readers give, command by command and a read's commands
+    at once; fails if any two differ."""
     a = trace(PyReader, chunks, **limits)
     b = trace(CReader, chunks, **limits)
     assert a == b, f"PyReader {a!r} != CReader {b!r}"
+    for cls in READERS:
+        batched = trace(cls, chunks, batch=True, **limits)
+        assert batched == a, f"{cls.__name__}.commands() {batched!r} != gets() {a!r}"
     return a
 
 
@@ -288,6 +297,31 @@ def test_reader_stays_failed():
             r.gets()
         with pytest.raises(ProtocolError):
             r.feed(b"PING\r\n")
+
+
+def test_commands_before_an_error_come_first():
+    """commands(): the good commands of a read, then, on the next call, the
+    error that followed them (the connection runs them, then replies with it)."""
+    for r_cls in READERS:
+        r = r_cls()
+        r.feed(multibulk(b"PING") + multibulk(b"ECHO", b"x") + b"*1\r\n+x\r\n")
+        assert r.commands() == [[b"PING"], [b"ECHO", b"x"]]
+        with pytest.raises(ProtocolError) as e:
+            r.commands()
+        assert str(e.value) == resp_request.err_expected_dollar(ord("+"))
+        with pytest.raises(ProtocolError):
+            r.commands()
+
+
+def test_a_repeated_command_name_is_one_object():
+    """The compiled reader hands a repeated command name back as the same
+    object (the node's dispatch then knows it by identity); the arguments
+    after it are always new objects."""
+    r = CReader()
+    r.feed(multibulk(b"ADDJOB", b"queue", b"a", b"0") * 2 + multibulk(b"addjob", b"queue", b"b", b"0"))
+    first, second, third = r.commands()
+    assert first[0] is second[0] and first[1] is not second[1]
+    assert third[0] == b"addjob" and third[0] is not first[0]
 
 
 def test_feed_accepts_bytes_like_and_empty():
