@@ -84,20 +84,24 @@ def make_job_id(node_id: str, rnd144: int, ttl: int, retry: int) -> bytes:
             + id_suffix(ttl, retry))
 
 
-# How many ids JobIds draws at once: one getrandbits and one base64 encoding for
-# this many ids (18 random bytes are exactly 24 base64 chars: no padding inside).
+# How many ids JobIds draws at once: one call for the random bytes of this
+# many ids, one translation of them into base64 chars.
 ID_BATCH: Final = 256
+_B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+# A random byte -> a base64 char from its low 6 bits (uniform: 256 = 4 x 64).
+_B64_OF_BYTE: Final = bytes(_B64[b & 63] for b in range(256))
 
 
 class JobIds:
     """The ids of the jobs one node creates (make_job_id's format), their random
-    parts drawn ID_BATCH at a time from the node's random source: per id, a
+    parts drawn ID_BATCH at a time from the node's random source, a char of
+    6 random bits per random byte (``bytes.translate``, a C loop): per id, a
     slice and a concatenation instead of a big integer, its bytes and their
     encoding (about a tenth of a compiled ADDJOB)."""
 
     def __init__(self, rng) -> None:
         self.rng = rng                  # random.Random (injected, seeded in the simulator)
-        self.chars = b""                # base64 of ID_BATCH x 18 random bytes
+        self.chars = b""                # ID_BATCH x 24 random base64 chars
         self.pos = 0
         self.node_id = ""
         self.prefix = b""
@@ -111,7 +115,7 @@ class JobIds:
         pos = self.pos
         if pos >= len(self.chars):
             # (A process's rng gives the OS's random bytes: server/process.py.)
-            self.chars = b2a_base64(self.rng.randbytes(18 * ID_BATCH), newline=False)
+            self.chars = self.rng.randbytes(24 * ID_BATCH).translate(_B64_OF_BYTE)
             pos = 0
         self.pos = pos + 24
         if node_id != self.node_id:     # CLUSTER RESET HARD takes a new id
@@ -153,7 +157,6 @@ def id_suffix(ttl: int, retry: int) -> bytes:
 # can walk them with a stable integer cursor (SPEC: every job present for the
 # whole iteration is returned at least once) and the AOF rewrite a shard at a time.
 SHARDS: Final = 4096
-_B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 # byte -> its base64 digit (Final bytes: a C static and a C index in the compiled build)
 B64_INDEX: Final = bytes(_B64.index(c) if c in _B64 else 0 for c in range(256))
 
