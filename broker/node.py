@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections import deque
 from heapq import heappop, heappush
 from typing import Any, Callable, Final
 
 from mypy_extensions import i64, mypyc_attr
 
-from broker import lifecycle
+from broker import lifecycle, slowlog
 from broker.client import Client
 from broker.dispatch import (
     F_DENYOOM, F_LOADING, F_NOAUTH, Command, CommandError, dispatch_error,
@@ -187,8 +188,9 @@ class Node:
         self.next_cron = now + CRON_INTERVAL_MS
         # by Command.slot (a list index, not a dict lookup by name); see cmdstats()
         self.command_stats: list[CommandStats | None] = []
-        self.slowlog: list = []
-        self.slowlog_id = 0
+        # SLOWLOG entries, newest first (broker/slowlog.py says why bytes in a deque)
+        self.slowlog: deque[bytes] = deque()
+        self.slowlog_id = 0                 # the next entry's; Disque's first is 0
         # The counters every command or read moves, in typed fields (a dict
         # entry of boxed ints cost a lookup, an add and a store each time);
         # stats_now() folds them into INFO's order, where their entries below
@@ -383,11 +385,13 @@ class Node:
                 self.outbox.append((m, Status(line)))
 
     def add_slowlog(self, client: Client, argv: list, usec: int) -> None:
+        entries = self.slowlog
+        entries.appendleft(slowlog.encode_entry(
+            self.slowlog_id, self.clock() // 1000, usec, slowlog.logged_args(argv),
+            client.addr.encode(), client.name))
         self.slowlog_id += 1
-        args = [a[:128] for a in argv[:32]]
-        self.slowlog.insert(0, [self.slowlog_id, self.clock() // 1000, usec, args,
-                                client.addr.encode(), client.name])
-        del self.slowlog[self.config.slowlog_max_len:]
+        while len(entries) > self.config.slowlog_max_len:
+            entries.pop()
 
     # ------------------------------------------------------------- job registry
     def get_job(self, jid: bytes):
