@@ -59,6 +59,11 @@ SHARDS_PER_CRON: Final = 256           # all 4096 in 1.6 s
 # falling (one cron run), the host is asked to give freed memory back to the
 # system (Host.release_memory): once after a drain, not at every step of it.
 RELEASE_MEMORY_DROP: Final = 32 * 1024 * 1024
+# That release first finishes shrink_job_shards's pass over every shard: at
+# the cron's pace it took 1.6 s more, and the tables it freed after the
+# release stayed resident. The pass stops once it moved this many jobs (a few
+# ms, once per drain); the shards left get the cron's pace.
+SHRINK_JOBS_AT_RELEASE: Final = 50_000
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)   # server/host.py subclasses it
@@ -555,20 +560,26 @@ class Node:
         elif (self.jobs_memory_peak - mem >= RELEASE_MEMORY_DROP
                 and mem == self._jobs_memory_last_cron):
             self.jobs_memory_peak = mem
+            self.shrink_job_shards(SHARDS, SHRINK_JOBS_AT_RELEASE)
             self.host.release_memory()
         self._jobs_memory_last_cron = mem
 
-    def shrink_job_shards(self) -> None:
-        """Rebuild, at their size, the next SHARDS_PER_CRON job shards whose
-        table outgrew their jobs (in place: the same dict objects)."""
+    def shrink_job_shards(self, count: int = SHARDS_PER_CRON, max_jobs: int = -1) -> None:
+        """Rebuild, at their size, the next `count` job shards whose table
+        outgrew their jobs (in place: the same dict objects); with max_jobs
+        >= 0, stop once more jobs than that were moved."""
         i = self._shrink_cursor
         shards = self.job_shards
-        for shard in shards[i:i + SHARDS_PER_CRON]:
+        n = moved = 0
+        while n < count and (max_jobs < 0 or moved <= max_jobs):
+            shard = shards[(i + n) % SHARDS]
+            n += 1
             if sys.getsizeof(shard) > SHARD_MIN_BYTES + SHARD_BYTES_PER_JOB * len(shard):
+                moved += len(shard)
                 jobs = dict(shard)
                 shard.clear()
                 shard.update(jobs)
-        self._shrink_cursor = (i + SHARDS_PER_CRON) % SHARDS
+        self._shrink_cursor = (i + n) % SHARDS
 
     # ------------------------------------------------------------------ memory
     def used_memory(self) -> int:
