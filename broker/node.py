@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections import deque
 from heapq import heappop, heappush
 from typing import Any, Callable, Final
 
 from mypy_extensions import i64, mypyc_attr
 
-from broker import lifecycle
+from broker import lifecycle, slowlog
 from broker.client import Client
 from broker.dispatch import (
     F_DENYOOM, F_LOADING, F_NOAUTH, Command, CommandError, dispatch_error,
@@ -58,6 +59,11 @@ SHARDS_PER_CRON: Final = 256           # all 4096 in 1.6 s
 # falling (one cron run), the host is asked to give freed memory back to the
 # system (Host.release_memory): once after a drain, not at every step of it.
 RELEASE_MEMORY_DROP: Final = 32 * 1024 * 1024
+# That release first finishes shrink_job_shards's pass over every shard: at
+# the cron's pace it took 1.6 s more, and the tables it freed after the
+# release stayed resident. The pass stops once it moved this many jobs (a few
+# ms, once per drain); the shards left get the cron's pace.
+SHRINK_JOBS_AT_RELEASE: Final = 50_000
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)   # server/host.py subclasses it
@@ -187,8 +193,9 @@ class Node:
         self.next_cron = now + CRON_INTERVAL_MS
         # by Command.slot (a list index, not a dict lookup by name); see cmdstats()
         self.command_stats: list[CommandStats | None] = []
-        self.slowlog: list = []
-        self.slowlog_id = 0
+        # SLOWLOG entries, newest first (broker/slowlog.py says why bytes in a deque)
+        self.slowlog: deque[bytes] = deque()
+        self.slowlog_id = 0                 # the next entry's; Disque's first is 0
         # The counters every command or read moves, in typed fields (a dict
         # entry of boxed ints cost a lookup, an add and a store each time);
         # stats_now() folds them into INFO's order, where their entries below
@@ -390,11 +397,13 @@ class Node:
                 self.outbox.append((m, Status(line)))
 
     def add_slowlog(self, client: Client, argv: list, usec: int) -> None:
+        entries = self.slowlog
+        entries.appendleft(slowlog.encode_entry(
+            self.slowlog_id, self.clock() // 1000, usec, slowlog.logged_args(argv),
+            client.addr.encode(), client.name))
         self.slowlog_id += 1
-        args = [a[:128] for a in argv[:32]]
-        self.slowlog.insert(0, [self.slowlog_id, self.clock() // 1000, usec, args,
-                                client.addr.encode(), client.name])
-        del self.slowlog[self.config.slowlog_max_len:]
+        while len(entries) > self.config.slowlog_max_len:
+            entries.pop()
 
     # ------------------------------------------------------------- job registry
     def get_job(self, jid: bytes):
@@ -558,20 +567,26 @@ class Node:
         elif (self.jobs_memory_peak - mem >= RELEASE_MEMORY_DROP
                 and mem == self._jobs_memory_last_cron):
             self.jobs_memory_peak = mem
+            self.shrink_job_shards(SHARDS, SHRINK_JOBS_AT_RELEASE)
             self.host.release_memory()
         self._jobs_memory_last_cron = mem
 
-    def shrink_job_shards(self) -> None:
-        """Rebuild, at their size, the next SHARDS_PER_CRON job shards whose
-        table outgrew their jobs (in place: the same dict objects)."""
+    def shrink_job_shards(self, count: int = SHARDS_PER_CRON, max_jobs: int = -1) -> None:
+        """Rebuild, at their size, the next `count` job shards whose table
+        outgrew their jobs (in place: the same dict objects); with max_jobs
+        >= 0, stop once more jobs than that were moved."""
         i = self._shrink_cursor
         shards = self.job_shards
-        for shard in shards[i:i + SHARDS_PER_CRON]:
+        n = moved = 0
+        while n < count and (max_jobs < 0 or moved <= max_jobs):
+            shard = shards[(i + n) % SHARDS]
+            n += 1
             if sys.getsizeof(shard) > SHARD_MIN_BYTES + SHARD_BYTES_PER_JOB * len(shard):
+                moved += len(shard)
                 jobs = dict(shard)
                 shard.clear()
                 shard.update(jobs)
-        self._shrink_cursor = (i + SHARDS_PER_CRON) % SHARDS
+        self._shrink_cursor = (i + n) % SHARDS
 
     # ------------------------------------------------------------------ memory
     def used_memory(self) -> int:

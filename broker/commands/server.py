@@ -7,11 +7,13 @@ import platform
 import re
 import sys
 from importlib.machinery import EXTENSION_SUFFIXES
+from itertools import islice
 
 from broker import job, lifecycle
 from broker.commands.args import SYNTAX_ERROR, parse_int
 from broker.commands.table import command
 from broker.dispatch import F_ADMIN, F_LOADING, F_NOAUTH, FLAG_NAMES, CommandError
+from broker.slowlog import entry_reply
 from broker.commands.connection import VERSION
 from broker.config import ConfigError, format_memory
 from protocol import resp
@@ -302,8 +304,8 @@ def slowlog(node, client, argv):
     n = len(argv)
     if sub == b"get" and n in (2, 3):
         count = parse_int(argv[2]) if n == 3 else 10
-        entries = node.slowlog if count < 0 else node.slowlog[:count]
-        return [list(e) for e in entries]
+        entries = node.slowlog if count < 0 else islice(node.slowlog, count)
+        return [entry_reply(e) for e in entries]
     if sub == b"len" and n == 2:
         return len(node.slowlog)
     if sub == b"reset" and n == 2:

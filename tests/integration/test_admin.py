@@ -512,6 +512,30 @@ def test_monitor_and_slowlog(snode):
         r.call("CONFIG", "SET", "slowlog-log-slower-than", "10000")
 
 
+def test_slowlog_cuts_arguments_as_disque(node):
+    """Disque's slowlog.c: at most 32 arguments, the last one saying how many
+    more there were, each at most 128 bytes and how many more; ids from 0."""
+    r = node.raw()
+    assert r.call("CONFIG", "SET", "slowlog-log-slower-than", "0") == b"+OK\r\n"
+    # COMMAND INFO takes any number of names: 40 arguments, one of 200 bytes.
+    names = ["a" * 200, *(str(i) for i in range(3, 40))]
+    r.call("COMMAND", "INFO", *names)
+    r.call("COMMAND", "INFO", "x", "b" * 129)
+    c = node.client(protocol=2, driver_info=None)   # no CLIENT SETINFO on connect
+    entries = c.execute_command("SLOWLOG", "GET", 3)
+    assert [e[0] for e in entries] == [2, 1, 0]      # CONFIG SET is entry 0
+    assert entries[2][3] == [b"CONFIG", b"SET", b"slowlog-log-slower-than", b"0"]
+    assert entries[1][3] == [b"COMMAND", b"INFO", b"a" * 128 + b"... (72 more bytes)",
+                             *(str(i).encode() for i in range(3, 31)),
+                             b"... (9 more arguments)"]
+    assert entries[0][3] == [b"COMMAND", b"INFO", b"x", b"b" * 128 + b"... (1 more bytes)"]
+    # Our extension (docs/clients.md): the client's address and name follow.
+    assert entries[0][4].startswith(b"127.0.0.1:") and entries[0][5] == b""
+    assert c.execute_command("SLOWLOG", "LEN") == 4     # and this GET
+    assert c.execute_command("SLOWLOG", "RESET") == b"OK"
+    assert [e[0] for e in c.execute_command("SLOWLOG", "GET")] == [5]   # RESET itself
+
+
 def test_bgrewriteaof_without_aof(snode):
     assert snode.raw().call("BGREWRITEAOF").startswith(b"-ERR ")
 
