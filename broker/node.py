@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from array import array
 from collections import deque
 from heapq import heappop, heappush
 from typing import Any, Callable, Final
@@ -100,17 +101,30 @@ class Host:
     def config_changed(self, name: str) -> None: ...
 
 
+_NO_LATENCY: Final = bytes(8 * 64)     # a zeroed histogram of 64 C int64s
+
+
 class CommandStats:
     """One command's counters on one node (INFO commandstats, GET /metrics), in
     typed fields: nanoseconds (INFO shows usec: no division per command) and a
     latency histogram in powers of two (latency[b] counts the commands whose
-    duration in ns has bit length b: took less than 2**b ns)."""
+    duration in ns has bit length b: took less than 2**b ns).
+
+    The histogram holds C integers: in a list, each count above 256 was a
+    new int object per command, and the counts' last objects, made during a
+    burst, kept a 1 MiB allocator arena each once the burst's jobs were gone.
+    For the same reason every command's counters are made with the node."""
 
     def __init__(self, name: bytes) -> None:
         self.name = name
         self.calls = 0
         self.ns = 0
-        self.latency: list[int] = [0] * 64
+        self.latency: array = array("q", _NO_LATENCY)
+
+    def reset(self) -> None:
+        self.calls = 0
+        self.ns = 0
+        self.latency = array("q", _NO_LATENCY)
 
 
 class ClusterView:
@@ -193,6 +207,8 @@ class Node:
         self.next_cron = now + CRON_INTERVAL_MS
         # by Command.slot (a list index, not a dict lookup by name); see cmdstats()
         self.command_stats: list[CommandStats | None] = []
+        for cmd in self.commands.values():
+            self.stats_of(cmd)
         # SLOWLOG entries, newest first (broker/slowlog.py says why bytes in a deque)
         self.slowlog: deque[bytes] = deque()
         self.slowlog_id = 0                 # the next entry's; Disque's first is 0
@@ -264,11 +280,24 @@ class Node:
         for k in self.stats:
             self.stats[k] = 0
         self.commands_processed = self.net_input_bytes = self.net_output_bytes = 0
-        self.command_stats.clear()
+        for st in self.command_stats:
+            if st is not None:
+                st.reset()
+
+    def stats_of(self, cmd: Command) -> CommandStats:
+        """cmd's counters, made on the first call for a Command not in the
+        node's table (those of the table are made with the node)."""
+        stats = self.command_stats
+        if cmd.slot >= len(stats):
+            stats.extend([None] * (cmd.slot + 1 - len(stats)))
+        st = stats[cmd.slot]
+        if st is None:
+            st = stats[cmd.slot] = CommandStats(cmd.name)
+        return st
 
     def cmdstats(self) -> dict[bytes, CommandStats]:
         """The counters of every command run since the start (or RESETSTAT), by name."""
-        return {st.name: st for st in self.command_stats if st is not None}
+        return {st.name: st for st in self.command_stats if st is not None and st.calls}
 
     # ------------------------------------------------------------------ clients
     def new_client(self, addr: str = "", laddr: str = "", fd: int = -1) -> Client:
@@ -336,11 +365,9 @@ class Node:
         ns = perf_ns() - start
         stats = self.command_stats
         slot = cmd.slot
-        if slot >= len(stats):
-            stats.extend([None] * (slot + 1 - len(stats)))
-        st = stats[slot]
-        if st is None:
-            st = stats[slot] = CommandStats(cmd.name)
+        st = stats[slot] if slot < len(stats) else None
+        if st is None:      # a Command not in the node's table
+            st = self.stats_of(cmd)
         st.calls += 1
         st.ns += ns
         st.latency[ns.bit_length()] += 1
