@@ -334,15 +334,19 @@ class Job:
 JOB_OVERHEAD: Final = 320
 
 
-def job_to_fields(job: Job) -> list:
+def job_to_fields(job: Job, holders: list[str] | None = None) -> list:
     """A compact, msgpack-friendly list of every field needed to rebuild the job
     (bus REPLJOB/YOURJOBS and AOF records share it). A job added with an
     IDEMPOTENCY key has one more field, the key: a job without one has the
-    layout peers without the extension know."""
+    layout peers without the extension know. ``holders``: the sorted list of
+    ``job.nodes_delivered`` when the caller has it already (then it is not
+    sorted again: cluster/replication.py, whose ADDJOBs mostly share theirs)."""
+    if holders is None and job.nodes_delivered:
+        holders = sorted(job.nodes_delivered)
     fields = [
         job.id, job.queue, job.body, job.state, job.flags, job.repl, job.etime,
         job.ctime, job.delay, job.retry, job.nacks, job.additional_deliveries,
-        sorted(job.nodes_delivered) if job.nodes_delivered else None, job.requeue_time,
+        holders, job.requeue_time,
     ]
     if job.idem_key is not None:
         fields.append(job.idem_key)
@@ -350,13 +354,20 @@ def job_to_fields(job: Job) -> list:
 
 
 def job_from_fields(f: list) -> Job:
-    """A copy from another node (fields as protocol/bus.py checked them); its state
-    and times are set by broker/lifecycle.py when the copy is adopted."""
-    job = Job(bytes(f[0]), bytes(f[1]), bytes(f[2]), f[3], f[5], f[6], f[7], f[8], f[9])
+    """A copy from another node (fields as protocol/bus.py checked them: the id,
+    queue, body and key are bytes already, so they are taken as they are, not
+    copied through a ``bytes()`` call each); its state and times are set by
+    broker/lifecycle.py when the copy is adopted."""
+    jid: bytes = f[0]
+    queue: bytes = f[1]
+    body: bytes = f[2]
+    job = Job(jid, queue, body, f[3], f[5], f[6], f[7], f[8], f[9])
     job.flags = f[4]
     job.nacks = f[10]
     job.additional_deliveries = f[11]
-    job.nodes_delivered = set(f[12]) if f[12] else None
+    holders = f[12]
+    job.nodes_delivered = set(holders) if holders else None
     if len(f) > 14:
-        job.idem_key = bytes(f[14])
+        key: bytes = f[14]
+        job.idem_key = key
     return job

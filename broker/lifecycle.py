@@ -170,7 +170,7 @@ def adopt_replica(node: Node, fields: list, now: int, skew: int = 0) -> Job:
     time (delay + retry from now, replication itself may take a while); an
     existing copy learns the holders and counters it did not know. ``skew``:
     our clock minus the sender's (the job's ctime is in the sender's)."""
-    jid = bytes(fields[0])
+    jid: bytes = fields[0]     # bytes, as protocol/bus.py checked it
     job = node.get_job(jid)
     me = node.myself_id
     if job is not None:

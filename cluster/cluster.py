@@ -108,6 +108,10 @@ class Cluster:
         self.heard_queued: dict[bytes, int] = {}
         self.next_membership_tick = 0
         self.events: list[NodeEvent] = []
+        # all_holders' list and the reachable peers (reachable_sorted's tuple,
+        # the same object until the node table changes) it was made for
+        self._holders: list[str] = []
+        self._holders_of: tuple[str, ...] | None = None
         broker.cluster = self
         membership.view = broker.view   # the node reads our id, LEAVING, reachable there
         broker.view.fresh = False
@@ -173,7 +177,7 @@ class Cluster:
         # since then gets nothing (the membership already closed its link), one that
         # moved gets it at its new address.
         nodes = self.nodes
-        message = self.m.message
+        m = self.m     # m.message(...) is a native call; a bound method's is not
         out = self.out
         # Destinations queued the same messages (a REPLJOB to every copy's holder)
         # share one message object, which the shell encodes once.
@@ -189,9 +193,9 @@ class Cluster:
                     break
             if msg is None:
                 if len(items) == 2:
-                    msg = message(items[0], items[1])
+                    msg = m.message(items[0], items[1])
                 else:
-                    msg = message(B.BATCH, items)
+                    msg = m.message(B.BATCH, items)
                 made.append((items, msg))
             out.append(Send(nid, n.ip, n.bus_port, msg))
         self.batches = {}
@@ -226,6 +230,17 @@ class Cluster:
                 b.append(mtype)
                 b.append(payload)
         self.m.stats_sent += sent
+
+    def all_holders(self, peers: tuple[str, ...]) -> list[str]:
+        """sorted([our id, *peers]) for ``peers`` from reachable_sorted: the
+        holders of a job replicated to every reachable node (REPLICATE n on n
+        nodes), the same for every such ADDJOB until the node table changes,
+        so made once then (a sort per ADDJOB before). Shared by the REPLJOBs
+        that carry it: not to be changed."""
+        if peers is not self._holders_of or self.me.id not in self._holders:
+            self._holders = sorted([self.me.id, *peers])
+            self._holders_of = peers
+        return self._holders
 
     def reachable_count(self) -> int:
         """Reachable nodes, myself included."""

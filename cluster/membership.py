@@ -36,7 +36,7 @@ from __future__ import annotations
 import ipaddress
 import random
 import re
-from typing import Any, Iterable
+from typing import Any, Final, Iterable
 
 from broker.job import random_node_id
 from broker.node import ClusterView
@@ -45,15 +45,16 @@ from cluster.outputs import (
     NODE_RECOVERED, DropLink, Link, NodeEvent, SaveConfig, Send,
 )
 from protocol.bus import (
-    FAIL, FLAG_FAIL, FLAG_HANDSHAKE, FLAG_LEAVING, FLAG_MEET, FLAG_MYSELF, FLAG_NOADDR,
-    FLAG_PFAIL, MEET, PING, PONG, WIRE_FLAGS, BusMessage, GossipEntry, flags_to_names,
+    FAIL, FIRST_JOB_TYPE, FLAG_FAIL, FLAG_HANDSHAKE, FLAG_LEAVING, FLAG_MEET, FLAG_MYSELF,
+    FLAG_NOADDR, FLAG_PFAIL, MEET, PING, PONG, WIRE_FLAGS, BusMessage, GossipEntry,
+    flags_to_names,
 )
 
 __all__ = ["Membership", "ClusterNode", "MembershipError", "is_node_id"]
 
 _HEX40 = re.compile(r"[0-9a-f]{40}\Z")
 
-_UNREACHABLE = (FLAG_MYSELF | FLAG_HANDSHAKE | FLAG_NOADDR | FLAG_PFAIL | FLAG_FAIL
+_UNREACHABLE: Final = (FLAG_MYSELF | FLAG_HANDSHAKE | FLAG_NOADDR | FLAG_PFAIL | FLAG_FAIL
                 | FLAG_LEAVING)
 
 #: Redis: failure reports older than node_timeout * 2 are not counted.
@@ -372,6 +373,8 @@ class Membership:
         """Process the membership part of any bus message. Job-layer types only
         refresh what the header says about the sender; the broker dispatches them
         after this call (and should ignore senders ``is_known`` says no to)."""
+        if msg.type >= FIRST_JOB_TYPE and self._nothing_new(link, msg, now):
+            return []
         self._input()
         self.stats_received += 1
         mtype = msg.type
@@ -470,6 +473,30 @@ class Membership:
                 self._dirty = True
                 self._event(NODE_FAIL, failing.id, ("msg", sender.id))
         return self._flush()
+
+    def _nothing_new(self, link: Link | None, msg: BusMessage, now: int) -> bool:
+        """A job-layer message whose header tells nothing we do not know (a
+        known, healthy sender at the address we have for it, LEAVING as we
+        have it, no gossip): what handle_message would do with it, done here
+        (the sender heard from, the message counted), without marking the
+        reachable nodes stale. Most frames are these; each stale mark made
+        the next ADDJOB recount the reachable nodes."""
+        sender = self.nodes.get(msg.sender)
+        if sender is None or msg.gossip:
+            return False
+        flags = sender.flags
+        if flags & (FLAG_MYSELF | FLAG_HANDSHAKE | FLAG_NOADDR | FLAG_PFAIL | FLAG_FAIL) \
+                or (msg.flags ^ flags) & FLAG_LEAVING:
+            return False
+        ip = msg.ip
+        if not ip and link is not None:
+            ip = link.peer_ip
+        if ip and (ip != sender.ip or msg.port != sender.port
+                   or msg.bus_port != sender.bus_port):
+            return False
+        self.stats_received += 1
+        sender.data_received = now
+        return True
 
     def _discover(self, gossip: Iterable[GossipEntry], now: int) -> None:
         for e in gossip:

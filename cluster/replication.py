@@ -143,12 +143,17 @@ def replicate_new_job(cluster: Cluster, client: Any, job: Job, timeout: int, is_
     wanted = job.repl if external else job.repl - 1
     # Every reachable peer (REPLICATE 3 on 3 nodes): no choice to make.
     chosen = peers if wanted == len(peers) else broker.rng.sample(peers, wanted)
+    holders: list[str] | None = None    # sorted(job.nodes_delivered), when known
     if external:
         job.nodes_delivered = set(chosen)
         job.nodes_confirmed = set()
     else:
         me = cluster.me.id
-        job.nodes_delivered = {me, *chosen}
+        if chosen is peers:
+            holders = cluster.all_holders(peers)
+            job.nodes_delivered = set(holders)
+        else:
+            job.nodes_delivered = {me, *chosen}
         job.nodes_confirmed = {me}
     p = PendingAdd(job, None if is_async else client, now + timeout if timeout else 0,
                    is_async, external, now + WIDEN_EVERY_MS)
@@ -157,7 +162,7 @@ def replicate_new_job(cluster: Cluster, client: Any, job: Job, timeout: int, is_
         _wait_in_order(cluster, client, p)
     if not external:
         lifecycle.add_pending(broker, job)    # wait-repl until confirmed (or ASYNC below)
-    cluster.send_many(chosen, B.REPLJOB, wire_fields(job, now))
+    cluster.send_many(chosen, B.REPLJOB, wire_fields(job, now, holders))
     if is_async:
         if not external:
             lifecycle.activate(broker, job, now)
@@ -280,9 +285,10 @@ def tick(cluster: Cluster, now: int) -> None:
             cluster.send_many(missing, B.REPLJOB, wire_fields(job, now))
 
 
-def on_repljob(cluster: Cluster, sender: str, fields: Any, now: int) -> None:
+def on_repljob(cluster: Cluster, sender: str, payload: Any, now: int) -> None:
     """A peer asks us to hold a copy. Refused (no GOTJOB) over 75% memory, while
     leaving or loading the AOF, or when the queue is paused in."""
+    fields: list = payload              # a list: protocol/bus.py checked its shape
     broker = cluster.broker
     if broker.leaving or broker.loading or broker.memory_level() >= 1:
         return
@@ -292,8 +298,8 @@ def on_repljob(cluster: Cluster, sender: str, fields: Any, now: int) -> None:
         return
     if jid in cluster.tombstones and broker.get_job(jid) is None:
         return                          # a late REPLJOB for a job already collected
-    job = lifecycle.adopt_replica(broker, local_fields(fields, now), now,
-                                  sender_skew(fields, now))
+    skew = sender_skew(fields, now)
+    job = lifecycle.adopt_replica(broker, _moved_by(fields, skew), now, skew)
     if job.state == HELD and cluster.heard_queued:
         requeue.released_early(cluster, job, now)
     cluster.send(sender, B.GOTJOB, jid)
@@ -317,12 +323,13 @@ def client_closed(cluster: Cluster, client: Any) -> None:
 
 
 # ------------------------------------------------- (ext) times across the bus
-def wire_fields(job: Job, now: int) -> list:
+def wire_fields(job: Job, now: int, holders: list[str] | None = None) -> list:
     """A job for REPLJOB / YOURJOBS: its fields (broker/job.py) and, last, the
     sender's clock. The expire time is absolute in the sender's clock; with
     the sender's clock beside it, a receiver whose clock is ahead cannot
-    expire its copy early, nor one behind late (docs/operations.md, Clocks)."""
-    fields = job_to_fields(job)
+    expire its copy early, nor one behind late (docs/operations.md, Clocks).
+    ``holders``: sorted(job.nodes_delivered), if the caller has it."""
+    fields = job_to_fields(job, holders)
     fields.append(now)
     return fields
 
@@ -347,9 +354,14 @@ def local_fields(fields: list, now: int) -> list:
     sender's clock it ends with, if it does: a peer without the extension
     sends none), the sender's clock removed. A copy: the message may be
     shared (the simulator hands one to every destination)."""
+    return _moved_by(fields, sender_skew(fields, now))
+
+
+def _moved_by(fields: list, skew: int) -> list:
+    """local_fields, given the skew sender_skew found for these fields."""
     if _has_sender_clock(fields):
         local = fields[:len(fields) - 1]
         etime: int = fields[6]
-        local[6] = etime + sender_skew(fields, now)
+        local[6] = etime + skew
         return local
     return fields

@@ -494,3 +494,33 @@ async def test_bus_detects_a_dead_node_and_clears_fail_when_it_restarts():
     finally:
         for d in drivers:
             await d.close()
+
+
+def test_a_body_is_the_whole_list_packed_whatever_header_came_before():
+    """encode_body packs a header once per message type and reuses its bytes
+    while the sender's header stays the same: each body must still be the
+    9-element list packed in one go, when the type, the sender's address or
+    its flags change between two messages, and for messages with gossip."""
+    def whole(m):
+        return msgpack.packb([bus.PROTOCOL_VERSION, m.type, m.sender, m.ip, m.port,
+                              m.bus_port, m.flags, list(m.gossip), m.payload],
+                             use_bin_type=True)
+
+    job = [b"D-aaaaaaaa-" + b"x" * 24 + b"-0001", b"q", b"body", 0, 0, 3, 10, 10, 0, 300,
+           0, 0, [A, B], 0, 5]
+    msgs = [
+        BusMessage(bus.REPLJOB, A, "10.0.0.1", 7711, 17711, 0, [], job),
+        BusMessage(bus.REPLJOB, A, "10.0.0.1", 7711, 17711, 0, [], job),
+        BusMessage(bus.GOTJOB, A, "10.0.0.1", 7711, 17711, 0, [], job[0]),
+        BusMessage(bus.REPLJOB, A, "10.0.0.1", 7711, 17711, bus.FLAG_LEAVING, [], job),
+        BusMessage(bus.REPLJOB, A, "10.0.0.9", 7711, 17711, 0, [], job),
+        BusMessage(bus.REPLJOB, A, "10.0.0.9", 7712, 17711, 0, [], job),
+        BusMessage(bus.REPLJOB, A, "10.0.0.9", 7712, 17712, 0, [], job),
+        BusMessage(bus.REPLJOB, B, "10.0.0.9", 7712, 17712, 0, (), job),
+        BusMessage(bus.BATCH, B, "10.0.0.9", 7712, 17712, 0, [], [bus.GOTJOB, job[0]] * 2),
+        sample(bus.PING, A),
+        BusMessage(bus.REPLJOB, B, "10.0.0.9", 7712, 17712, 0, [], job),
+    ]
+    for m in msgs:
+        assert encode_body(m) == whole(m)
+        assert decode_body(encode_body(m)) == decode_body(whole(m))

@@ -545,3 +545,25 @@ def test_explicit_meet_overrides_the_forget_blacklist():
     a.forget(b.node_id, t)
     w.run(a, a.meet("10.0.0.2", 17711, t + 10), t + 10)
     assert a.is_known(b.node_id)
+
+
+def test_a_job_layer_header_with_news_is_not_skipped():
+    """Job-layer messages whose header says nothing new are handled without
+    marking the reachable nodes stale; one whose header changes something
+    (the sender leaving, its address) still changes the table."""
+    a, b = make(1), make(2)
+    w, t = join(a, b)
+    assert a.reachable_sorted() == (b.node_id,)
+    a.handle_message(None, b.message(REPLJOB, None), t + 1)
+    assert a.nodes[b.node_id].data_received == t + 1
+    assert a.reachable_sorted() == (b.node_id,)
+    b.myself.flags |= FLAG_LEAVING
+    out = a.handle_message(None, b.message(REPLJOB, None), t + 2)
+    assert a.nodes[b.node_id].flags & FLAG_LEAVING
+    assert a.reachable_sorted() == ()
+    assert [o for o in out if isinstance(o, NodeEvent) and o.kind == "leaving"]
+    b.myself.flags &= ~FLAG_LEAVING
+    b.myself.ip = "10.0.0.42"
+    a.handle_message(None, b.message(REPLJOB, None), t + 3)
+    assert a.nodes[b.node_id].ip == "10.0.0.42"
+    assert a.reachable_sorted() == (b.node_id,)
