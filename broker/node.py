@@ -149,6 +149,8 @@ class Node:
         self.config = config
         # Config's values the hot path reads, in typed fields: see config_applied.
         self.maxmemory = 0
+        self.memory_95 = 0
+        self.memory_75 = 0
         self.slowlog_slower = 0
         self.config_applied()
         self.clock = clock                  # () -> int ms
@@ -629,9 +631,9 @@ class Node:
         used = self.used_memory()
         if used >= maxmem:
             return 3
-        if used * 100 > maxmem * 95:
+        if used > self.memory_95:       # used * 100 > maxmem * 95
             return 2
-        if used * 100 > maxmem * 75:
+        if used > self.memory_75:
             return 1
         return 0
 
@@ -662,6 +664,10 @@ class Node:
         start and after each CONFIG SET, which may also put values back."""
         cfg = self.config
         self.maxmemory = cfg.maxmemory
+        # memory_level's thresholds, worked out here: above 2**31 a product
+        # left C integers for Python's multiplication on every job.
+        self.memory_95 = cfg.maxmemory * 95 // 100
+        self.memory_75 = cfg.maxmemory * 75 // 100
         self.slowlog_slower = cfg.slowlog_log_slower_than
 
     def config_changed(self, name: str) -> None:
