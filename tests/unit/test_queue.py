@@ -87,6 +87,31 @@ def test_dead_entries_are_compacted():
     assert len(jl) == 0 and list(jl) == [] and jl.popleft() is None
 
 
+def test_popped_slots_are_cut_off_in_order():
+    """Thousands of jobs in, then out, new ones arriving meanwhile: the popped
+    slots at the run's front are cut off (the run never holds more than about
+    twice what is still in it), and the jobs come out oldest first."""
+    jl = JobList()
+    n = 0
+    for _ in range(6000):
+        jl.add(J(n, n))
+        n += 1
+    out = []
+    for k in range(6000):
+        out.append(jl.popleft().ctime)
+        if k % 3 == 0:
+            jl.add(J(n, n))
+            n += 1
+        assert len(jl._run) - jl._head == len(jl)
+        assert len(jl._run) <= max(2 * len(jl), 1024) + 1024
+    rest = [j.ctime for j in jl]
+    assert out + rest == list(range(n))
+    assert [j.ctime for j in jl.newest_first()] == rest[::-1]
+    while jl.popleft() is not None:
+        pass
+    assert jl._run == [] and jl._head == 0
+
+
 def test_import_rate_as_disque():
     """Disque's getQueueImportRate: (prev + current count) * 1000 / ms since the
     previous window began (at least 50), rounded up; 0 once the current window
