@@ -148,6 +148,11 @@ cdef class CReader:
     def gets(self):
         """The next command's argv (list of bytes), or False if incomplete.
         Raises ProtocolError on malformed input; the reader then stays failed."""
+        return self._next()
+
+    cdef object _next(self):
+        """gets(), as a C call: the query buffer limit applies to what is left
+        once every complete command was taken."""
         r = self._gets()
         if r is False and self.pending() > self.max_query_buffer:
             self._fail(ERR_QUERY_BUFFER)
@@ -159,9 +164,7 @@ cdef class CReader:
         cdef list out = []
         while True:
             try:
-                r = self._gets()
-                if r is False and self.pending() > self.max_query_buffer:
-                    self._fail(ERR_QUERY_BUFFER)
+                r = self._next()
             except ProtocolError:
                 if out:
                     return out
