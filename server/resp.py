@@ -224,8 +224,7 @@ class ClientConnection:
                     return
                 if not queued:
                     break
-                argv = queued[0]
-                i = 1
+                continue        # run them from the list
             if slots and not node.runs_while_adds_wait(argv):
                 self.held = argv    # runs once every waiting ADDJOB is answered
                 self.waiting = True
