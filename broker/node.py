@@ -121,8 +121,7 @@ class CommandStats:
     def reset(self) -> None:
         self.calls = 0
         self.ns = 0
-        for b in range(64):
-            self.latency[b] = 0
+        self.latency = [0] * 64
 
 
 class ClusterView:
