@@ -485,8 +485,8 @@ class Membership:
         if sender is None or msg.gossip:
             return False
         flags = sender.flags
-        if flags & (FLAG_MYSELF | FLAG_HANDSHAKE | FLAG_NOADDR | FLAG_PFAIL | FLAG_FAIL) \
-                or (msg.flags ^ flags) & FLAG_LEAVING:
+        # unreachable for a reason other than LEAVING, or LEAVING changed
+        if flags & (_UNREACHABLE & ~FLAG_LEAVING) or (msg.flags ^ flags) & FLAG_LEAVING:
             return False
         ip = msg.ip
         if not ip and link is not None:
