@@ -28,7 +28,10 @@ from itertools import repeat
 import msgpack
 
 from broker import lifecycle
-from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, FLAG_DUMMY_ACK, JOB_ID_LEN, QUEUED, SHARDS, Job, job_shard
+from broker.job import (
+    ACKED, ACTIVE, FLAG_DELIVERED, FLAG_DUMMY_ACK, JOB_ID_LEN, QUEUED, SHARDS, Job, holders_of,
+    job_shard,
+)
 from broker.job import FLAG_HELD, HELD
 from broker.job import FLAG_KEY_ANSWERED  # (ext) kept by a load: see broker/lifecycle.py
 from protocol.aof_codec import (  # noqa: F401  (part of this module's interface)
@@ -289,7 +292,7 @@ class Loader:
                 raise ValueError("column length mismatch")
             for j, nd in zip(jobs, nodes):
                 if nd:
-                    j.nodes_delivered = set(nd)
+                    j.nodes_delivered = holders_of(nd)
         if len(cols) > 14:
             keys = cols[14]
             if len(keys) != n:

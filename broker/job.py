@@ -9,7 +9,7 @@ which is Disque's ``ms * 1_000_000 + counter`` ordering key.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Iterable
 
 from binascii import b2a_base64
 
@@ -179,6 +179,43 @@ def node_prefix_of(jid: bytes) -> bytes:
     return jid[2:10]
 
 
+# -- holders -------------------------------------------------------------------
+# A job's holder lists (nodes_delivered, nodes_confirmed) are sorted tuples of
+# node ids, one object shared by every job with the same holders: a tuple
+# cannot change, so sharing it is safe, and a change makes (or finds) another.
+# A set per job cost about 230 bytes on every node holding a copy, a call to
+# make it per ADDJOB and per REPLJOB, and one more object for the cyclic GC to
+# walk (a set is always tracked; a tuple of str is dropped after one pass).
+Holders = tuple[str, ...]
+
+# The shared tuples, by the ids as given (sorted or not); bounded, as what is
+# in it comes from peers too. (Final: a C static in the compiled build.)
+_HOLDERS: Final[dict[tuple, tuple]] = {}
+_HOLDERS_MAX: Final = 4096
+
+
+def holders_of(ids: Iterable[str]) -> Holders:
+    """The shared sorted tuple of these node ids, duplicates dropped."""
+    key = tuple(ids)
+    found = _HOLDERS.get(key)
+    if found is not None:
+        return found
+    holders = tuple(sorted(set(key)))
+    if len(_HOLDERS) >= _HOLDERS_MAX:
+        _HOLDERS.clear()
+    _HOLDERS[key] = holders
+    return holders
+
+
+def with_holder(holders: Holders | None, node_id: str) -> Holders:
+    """``holders`` with ``node_id`` among them (the same tuple if it is)."""
+    if holders is None:
+        return holders_of((node_id,))
+    if node_id in holders:
+        return holders
+    return holders_of((*holders, node_id))
+
+
 # A node may hold millions of jobs, so their layout is about bytes. Compiled
 # (mypyc), a Job is a native object of 128 bytes: acyclic, so without the GC's
 # header and never walked by the collector (its one cycle, job <-> timer chunk,
@@ -196,7 +233,7 @@ class JobExtra:
         self.delay = 0              # seconds
         self.nacks = 0
         self.additional_deliveries = 0
-        self.nodes_confirmed: set[str] | None = None
+        self.nodes_confirmed: Holders | None = None
         self.gc_time = 0            # acked: next ack GC attempt, ms
         self.gc_retry = 0           # ack GC attempts so far (backoff exponent)
         self.idem_key: bytes | None = None
@@ -226,9 +263,9 @@ class Job:
         self.retry = retry          # seconds; 0 = at most once
         # Only broker/lifecycle.py assigns state and these times.
         self.requeue_time = 0       # next (re)queue time, ms (DELAY or RETRY); 0 = none
-        # Node ids (str) that may hold a copy. None on a lone node's job saves
-        # ~200 bytes a job: it means "just me".
-        self.nodes_delivered: set[str] | None = None
+        # Node ids that may hold a copy (see Holders). None on a lone node's
+        # job means "just me".
+        self.nodes_delivered: Holders | None = None
         self.timer: Chunk | None = None
         self._extra: JobExtra | None = None
         if delay:
@@ -274,13 +311,13 @@ class Job:
             self._more().additional_deliveries = v
 
     @property
-    def nodes_confirmed(self) -> set[str] | None:
+    def nodes_confirmed(self) -> Holders | None:
         """Node ids (str) that confirmed they hold a copy."""
         x = self._extra
         return None if x is None else x.nodes_confirmed
 
     @nodes_confirmed.setter
-    def nodes_confirmed(self, v: set[str] | None) -> None:
+    def nodes_confirmed(self, v: Holders | None) -> None:
         if v is not None or self._extra is not None:
             self._more().nodes_confirmed = v
 
@@ -334,19 +371,16 @@ class Job:
 JOB_OVERHEAD: Final = 320
 
 
-def job_to_fields(job: Job, holders: list[str] | None = None) -> list:
+def job_to_fields(job: Job) -> list:
     """A compact, msgpack-friendly list of every field needed to rebuild the job
     (bus REPLJOB/YOURJOBS and AOF records share it). A job added with an
     IDEMPOTENCY key has one more field, the key: a job without one has the
-    layout peers without the extension know. ``holders``: the sorted list of
-    ``job.nodes_delivered`` when the caller has it already (then it is not
-    sorted again: cluster/replication.py, whose ADDJOBs mostly share theirs)."""
-    if holders is None and job.nodes_delivered:
-        holders = sorted(job.nodes_delivered)
+    layout peers without the extension know. The holders go as they are kept,
+    sorted (msgpack sends a tuple as an array)."""
     fields = [
         job.id, job.queue, job.body, job.state, job.flags, job.repl, job.etime,
         job.ctime, job.delay, job.retry, job.nacks, job.additional_deliveries,
-        holders, job.requeue_time,
+        job.nodes_delivered or None, job.requeue_time,
     ]
     if job.idem_key is not None:
         fields.append(job.idem_key)
@@ -366,7 +400,7 @@ def job_from_fields(f: list) -> Job:
     job.nacks = f[10]
     job.additional_deliveries = f[11]
     holders = f[12]
-    job.nodes_delivered = set(holders) if holders else None
+    job.nodes_delivered = holders_of(holders) if holders else None
     if len(f) > 14:
         key: bytes = f[14]
         job.idem_key = key

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Final
 
 from broker.job import (
     ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_DUMMY_ACK, FLAG_KEY_ANSWERED,
-    FLAG_QUEUED_ONCE, JOB_OVERHEAD, QUEUED, WAIT_REPL, Job, job_from_fields, job_shard,
+    FLAG_QUEUED_ONCE, JOB_OVERHEAD, QUEUED, WAIT_REPL, Job, holders_of, job_from_fields,
+    job_shard, with_holder,
 )
 from broker.job import FLAG_HELD, HELD
 from broker.queue import PAUSED_IN, PAUSED_OUT, Queue
@@ -174,7 +175,7 @@ def adopt_replica(node: Node, fields: list, now: int, skew: int = 0) -> Job:
     job = node.get_job(jid)
     me = node.myself_id
     if job is not None:
-        job.nodes_delivered = (job.nodes_delivered or {me}) | set(fields[12] or ())
+        job.nodes_delivered = holders_of((*(job.nodes_delivered or (me,)), *(fields[12] or ())))
         merge_counters(job, fields[10], fields[11])
         return job
     job = job_from_fields(fields)
@@ -184,11 +185,7 @@ def adopt_replica(node: Node, fields: list, now: int, skew: int = 0) -> Job:
     job.flags = FLAG_DELIVERED if job.retry else 0
     # The sender's list already names it when it keeps a copy; an external
     # replication (no copy there) must not list it.
-    nd = job.nodes_delivered            # a fresh set (or None) of our own
-    if nd is None:
-        job.nodes_delivered = {me}
-    else:
-        nd.add(me)
+    job.nodes_delivered = with_holder(job.nodes_delivered, me)
     job.nodes_confirmed = None
     if fields[4] & FLAG_HELD:
         # (ext) Held: no timer until a holder releases it (released_elsewhere).
@@ -223,7 +220,8 @@ def adopt_moved(node: Node, fields: list, sender: str, now: int):
     job.state = ACTIVE
     job.flags &= ~FLAG_HELD
     if job.retry:
-        job.nodes_delivered = set(job.nodes_delivered or ()) | {sender, node.myself_id}
+        job.nodes_delivered = holders_of(
+            (*(job.nodes_delivered or ()), sender, node.myself_id))
     else:
         job.nodes_delivered = None
     job.nodes_confirmed = None
@@ -387,9 +385,8 @@ def take_for_peer(node: Node, job: Job, receiver: str, now: int) -> None:
     if job.retry == 0:
         delete(node, job)
         return
-    if job.nodes_delivered is None:
-        job.nodes_delivered = {node.myself_id}
-    job.nodes_delivered.add(receiver)
+    job.nodes_delivered = with_holder(
+        with_holder(job.nodes_delivered, node.myself_id), receiver)
     job.requeue_time = now + job.retry * 1000
     job.flags |= FLAG_DELIVERED     # our requeue would be a redelivery
     schedule(node, job)

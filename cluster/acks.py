@@ -18,7 +18,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from broker import lifecycle
-from broker.job import ACKED, FLAG_DUMMY_ACK, FLAG_KEY_ANSWERED, Job, id_is_at_least_once, ttl_from_id
+from broker.job import (
+    ACKED, FLAG_DUMMY_ACK, FLAG_KEY_ANSWERED, Holders, Job, id_is_at_least_once, ttl_from_id,
+    with_holder,
+)
 from broker.lifecycle import GC_FIRST_MS
 from cluster import replication
 from protocol import bus as B
@@ -53,7 +56,7 @@ def try_job_gc(cluster: Cluster, job: Job, now: int) -> None:
         lifecycle.delete(broker, job)
         return
     # (holders listed: others_of found some)
-    cluster.send_many(missing, B.SETACK, [job.id, len(cast("set[str]", job.nodes_delivered))])
+    cluster.send_many(missing, B.SETACK, [job.id, len(cast("Holders", job.nodes_delivered))])
     lifecycle.gc_backoff(broker, job, now)
 
 
@@ -106,11 +109,9 @@ def on_gotack(cluster: Cluster, sender: str, payload: Any, now: int) -> None:
                 _drop_dummy(cluster, job)
         return
     # "Not known" from a listed holder: nothing to collect there either.
-    if job.nodes_confirmed is None:
-        job.nodes_confirmed = set()
-    job.nodes_confirmed.add(sender)
+    confirmed = job.nodes_confirmed = with_holder(job.nodes_confirmed, sender)
     others = cluster.others_of(job)
-    if all(n in job.nodes_confirmed for n in others):
+    if all(n in confirmed for n in others):
         cluster.send_many(others, B.DELJOB, jid)
         lifecycle.delete(broker, job)
 

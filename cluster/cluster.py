@@ -23,7 +23,7 @@ import logging
 from typing import Any, Iterable
 
 from broker import lifecycle
-from broker.job import ACKED, FLAG_BCAST_QUEUED, Job
+from broker.job import ACKED, FLAG_BCAST_QUEUED, Holders, Job, holders_of
 from broker.node import Node
 from cluster import acks, federation, replication, requeue
 from cluster.membership import ClusterNode, Membership
@@ -108,9 +108,9 @@ class Cluster:
         self.heard_queued: dict[bytes, int] = {}
         self.next_membership_tick = 0
         self.events: list[NodeEvent] = []
-        # all_holders' list and the reachable peers (reachable_sorted's tuple,
+        # all_holders' tuple and the reachable peers (reachable_sorted's tuple,
         # the same object until the node table changes) it was made for
-        self._holders: list[str] = []
+        self._holders: Holders = ()
         self._holders_of: tuple[str, ...] | None = None
         broker.cluster = self
         membership.view = broker.view   # the node reads our id, LEAVING, reachable there
@@ -231,14 +231,13 @@ class Cluster:
                 b.append(payload)
         self.m.stats_sent += sent
 
-    def all_holders(self, peers: tuple[str, ...]) -> list[str]:
-        """sorted([our id, *peers]) for ``peers`` from reachable_sorted: the
-        holders of a job replicated to every reachable node (REPLICATE n on n
-        nodes), the same for every such ADDJOB until the node table changes,
-        so made once then (a sort per ADDJOB before). Shared by the REPLJOBs
-        that carry it: not to be changed."""
+    def all_holders(self, peers: tuple[str, ...]) -> Holders:
+        """Our id and ``peers`` (from reachable_sorted): the holders of a job
+        replicated to every reachable node (REPLICATE n on n nodes), the same
+        for every such ADDJOB until the node table changes, so looked up once
+        then."""
         if peers is not self._holders_of or self.me.id not in self._holders:
-            self._holders = sorted([self.me.id, *peers])
+            self._holders = holders_of((self.me.id, *peers))
             self._holders_of = peers
         return self._holders
 
@@ -252,7 +251,7 @@ class Cluster:
         if not nd:
             return []
         me = self.me.id
-        return sorted(n for n in nd if n != me)   # sorted: simulations replay exactly
+        return [n for n in nd if n != me]     # sorted, as nd is: simulations replay exactly
 
     # ---------------------------------------------------------------- inputs
     def handle_message(self, link: Any, msg: B.BusMessage, now: int) -> None:

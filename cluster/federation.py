@@ -89,7 +89,7 @@ def _take_jobs(cluster, q, count: int, receiver: str, now: int) -> list:
         q.jobs_out += 1
         fields = replication.wire_fields(job, now)
         lifecycle.take_for_peer(broker, job, receiver, now)
-        fields[12] = sorted(job.nodes_delivered) if job.retry else None
+        fields[12] = job.nodes_delivered if job.retry else None
         out.append(fields)
     q.atime = now
     return out

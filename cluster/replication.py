@@ -19,7 +19,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from broker import lifecycle
-from broker.job import ACKED, FLAG_HELD, HELD, QUEUED, WAIT_REPL, Job, job_to_fields
+from broker.job import (
+    ACKED, FLAG_HELD, HELD, QUEUED, WAIT_REPL, Holders, Job, holders_of, job_to_fields,
+    with_holder,
+)
 from broker.node import BLOCKED
 from broker.queue import PAUSED_IN
 from cluster import requeue
@@ -64,9 +67,9 @@ class PendingAdd:
         self.later: PendingAdd | None = None
 
 
-def _nodes(s: set[str] | None) -> set[str]:
-    """A pending job's holder sets (replicate_new_job sets both), typed."""
-    return cast("set[str]", s)
+def _nodes(s: Holders | None) -> Holders:
+    """A pending job's holders (replicate_new_job sets both lists), typed."""
+    return cast("Holders", s)
 
 
 def _answer(cluster: Cluster, p: PendingAdd, reply: Any) -> None:
@@ -143,18 +146,16 @@ def replicate_new_job(cluster: Cluster, client: Any, job: Job, timeout: int, is_
     wanted = job.repl if external else job.repl - 1
     # Every reachable peer (REPLICATE 3 on 3 nodes): no choice to make.
     chosen = peers if wanted == len(peers) else broker.rng.sample(peers, wanted)
-    holders: list[str] | None = None    # sorted(job.nodes_delivered), when known
     if external:
-        job.nodes_delivered = set(chosen)
-        job.nodes_confirmed = set()
+        job.nodes_delivered = holders_of(chosen)
+        job.nodes_confirmed = ()
     else:
         me = cluster.me.id
         if chosen is peers:
-            holders = cluster.all_holders(peers)
-            job.nodes_delivered = set(holders)
+            job.nodes_delivered = cluster.all_holders(peers)
         else:
-            job.nodes_delivered = {me, *chosen}
-        job.nodes_confirmed = {me}
+            job.nodes_delivered = holders_of((me, *chosen))
+        job.nodes_confirmed = holders_of((me,))
     p = PendingAdd(job, None if is_async else client, now + timeout if timeout else 0,
                    is_async, external, now + WIDEN_EVERY_MS)
     cluster.pending[job.id] = p
@@ -162,7 +163,7 @@ def replicate_new_job(cluster: Cluster, client: Any, job: Job, timeout: int, is_
         _wait_in_order(cluster, client, p)
     if not external:
         lifecycle.add_pending(broker, job)    # wait-repl until confirmed (or ASYNC below)
-    cluster.send_many(chosen, B.REPLJOB, wire_fields(job, now, holders))
+    cluster.send_many(chosen, B.REPLJOB, wire_fields(job, now))
     if is_async:
         if not external:
             lifecycle.activate(broker, job, now)
@@ -176,7 +177,7 @@ def _achieved(cluster: Cluster, p: PendingAdd, now: int) -> None:
     del cluster.pending[job.id]
     if p.external and not job.flags & FLAG_HELD:   # (ext) held: queued at release
         # Have one holder queue it; we keep nothing.
-        target = broker.rng.choice(sorted(_nodes(job.nodes_confirmed)))
+        target = broker.rng.choice(_nodes(job.nodes_confirmed))     # sorted
         cluster.send(target, B.ENQUEUE, job.id)
     elif not p.is_async:
         lifecycle.activate(broker, job, now)
@@ -235,9 +236,9 @@ def on_gotjob(cluster: Cluster, sender: str, jid: Any, now: int) -> None:
     if p is None or p.job.state == ACKED:
         return
     job = p.job
-    _nodes(job.nodes_delivered).add(sender)
-    _nodes(job.nodes_confirmed).add(sender)
-    if len(_nodes(job.nodes_confirmed)) >= job.repl:
+    job.nodes_delivered = with_holder(job.nodes_delivered, sender)
+    confirmed = job.nodes_confirmed = with_holder(job.nodes_confirmed, sender)
+    if len(confirmed) >= job.repl:
         _achieved(cluster, p, now)
 
 
@@ -277,11 +278,11 @@ def tick(cluster: Cluster, now: int) -> None:
             if p.is_async:
                 p.widen_every = min(p.widen_every * 2, ASYNC_WIDEN_MAX_MS)
             delivered = _nodes(job.nodes_delivered)
-            spare = sorted(set(cluster.m.reachable_ids()) - delivered)
+            spare = sorted(set(cluster.m.reachable_ids()) - set(delivered))
             if spare:
-                delivered.add(broker.rng.choice(spare))
+                delivered = job.nodes_delivered = with_holder(delivered, broker.rng.choice(spare))
             confirmed = _nodes(job.nodes_confirmed)
-            missing = [n for n in sorted(delivered) if n not in confirmed]
+            missing = [n for n in delivered if n not in confirmed]
             cluster.send_many(missing, B.REPLJOB, wire_fields(job, now))
 
 
@@ -323,13 +324,12 @@ def client_closed(cluster: Cluster, client: Any) -> None:
 
 
 # ------------------------------------------------- (ext) times across the bus
-def wire_fields(job: Job, now: int, holders: list[str] | None = None) -> list:
+def wire_fields(job: Job, now: int) -> list:
     """A job for REPLJOB / YOURJOBS: its fields (broker/job.py) and, last, the
     sender's clock. The expire time is absolute in the sender's clock; with
     the sender's clock beside it, a receiver whose clock is ahead cannot
-    expire its copy early, nor one behind late (docs/operations.md, Clocks).
-    ``holders``: sorted(job.nodes_delivered), if the caller has it."""
-    fields = job_to_fields(job, holders)
+    expire its copy early, nor one behind late (docs/operations.md, Clocks)."""
+    fields = job_to_fields(job)
     fields.append(now)
     return fields
 

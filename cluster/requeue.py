@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from broker import lifecycle
-from broker.job import ACKED, FLAG_BCAST_QUEUED, FLAG_DELIVERED, HELD, QUEUED, Job
+from broker.job import ACKED, FLAG_BCAST_QUEUED, FLAG_DELIVERED, HELD, QUEUED, Job, with_holder
 from protocol import bus as B
 
 if TYPE_CHECKING:       # annotations only: cluster/cluster.py imports this module
@@ -117,7 +117,7 @@ def on_queued(cluster: Cluster, sender: str, payload: Any, now: int) -> None:
         return
     lifecycle.merge_counters(job, nacks, deliveries)
     if job.nodes_delivered is not None:
-        job.nodes_delivered.add(sender)
+        job.nodes_delivered = with_holder(job.nodes_delivered, sender)
     if job.state == HELD:
         # (ext) The sender released it (or re-queued it after its release).
         released_by(cluster, sender, job, now)

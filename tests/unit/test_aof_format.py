@@ -23,7 +23,7 @@ from broker import lifecycle
 from broker.aof_policy import AOFPolicy
 from broker.commands import COMMANDS
 from broker.config import Config
-from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, FLAG_HELD, HELD, Job, make_job_id
+from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, FLAG_HELD, HELD, Job, holders_of, make_job_id
 from broker.node import Node
 from server import aof as aof_mod
 from server import aof_rewrite, check_aof
@@ -155,7 +155,7 @@ def test_roundtrip_keeps_every_field(made, monkeypatch, layout):
     big = run(node, c, "ADDJOB", "qc", b"x" * 100_000, 0).encode()
     run(node, c, "GETJOB", "FROM", "qa")            # a delivered
     run(node, c, "NACK", a)                         # nacks 1, queued again
-    node.get_job(big).nodes_delivered = {"f" * 40, node.myself_id}
+    node.get_job(big).nodes_delivered = holders_of(("f" * 40, node.myself_id))
     before = {j.id: j for j in node.iter_jobs()}
     # Counters changed after creation (NACK) reach the file through a rewrite.
     image = b"".join(fmt_snapshot(node))
@@ -317,7 +317,7 @@ def test_acked_job_with_other_holders_stays_acked(made):
     node, clock, aof, c = made
     jid = run(node, c, "ADDJOB", "q", "b", 0).encode()
     job = node.get_job(jid)
-    job.nodes_delivered = {node.myself_id, "a" * 40}
+    job.nodes_delivered = holders_of((node.myself_id, "a" * 40))
     aof.append([job])
     lifecycle.ack(node, job, clock.now)     # the cluster keeps it until every holder confirmed
     flush(node)
