@@ -211,9 +211,10 @@ def with_holder(holders: Holders | None, node_id: str) -> Holders:
     """``holders`` with ``node_id`` among them (the same tuple if it is)."""
     if holders is None:
         return holders_of((node_id,))
-    if node_id in holders:
-        return holders
-    return holders_of((*holders, node_id))
+    for h in holders:       # a few; the bus hands one str per node id (identity)
+        if h is node_id or h == node_id:
+            return holders
+    return holders_of(holders + (node_id,))
 
 
 # A node may hold millions of jobs, so their layout is about bytes. Compiled

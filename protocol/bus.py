@@ -32,6 +32,16 @@ from typing import Any, Callable, Final, Iterator, NamedTuple
 
 import msgpack
 
+from protocol.build import EXTENSIONS
+
+if EXTENSIONS:
+    try:
+        from protocol.bus_pack import pack as _C_PACK
+    except ImportError:     # not built (a source checkout without a compiler step)
+        _C_PACK = None
+else:
+    _C_PACK = None
+
 __all__ = [
     "PROTOCOL_VERSION", "DEFAULT_MAX_FRAME_SIZE", "BusProtocolError", "BusMessage",
     "GossipEntry", "FrameReader", "encode_frame", "encode_body", "decode_body", "unbatch",
@@ -235,13 +245,16 @@ _HEADS: Final[dict[str, dict[int, _Head]]] = {}
 _HEADS_MAX: Final = 64      # senders (RESET HARD takes a new id)
 
 
-def encode_body(msg: BusMessage) -> bytes:
-    """The msgpack body alone (no length prefix)."""
+def _packed(msg: BusMessage, framed: bool) -> bytes:
+    """The body (led by its length when ``framed``): a header packed before,
+    then the payload; or, with gossip, the whole list. The compiled build packs
+    with protocol/bus_pack.pyx (the same bytes as msgpack's), msgpack packs
+    what that one leaves to it, and the pure build."""
     global _PACKER
     if msg.gossip:
-        body: bytes = _PACKER.pack(
-            [PROTOCOL_VERSION, msg.type, msg.sender, msg.ip, msg.port, msg.bus_port,
-             msg.flags, msg.gossip, msg.payload])
+        prefix = b""
+        value: Any = [PROTOCOL_VERSION, msg.type, msg.sender, msg.ip, msg.port, msg.bus_port,
+                      msg.flags, msg.gossip, msg.payload]
     else:
         heads = _HEADS.get(msg.sender)
         if heads is None:
@@ -251,21 +264,34 @@ def encode_body(msg: BusMessage) -> bytes:
         head = heads.get(msg.type)
         if head is None or not head.fits(msg):
             head = heads[msg.type] = _Head(msg)
-        payload: bytes = _PACKER.pack(msg.payload)
-        body = head.packed + payload
+        prefix = head.packed
+        value = msg.payload
+    if _C_PACK is not None:
+        try:
+            packed: bytes = _C_PACK(prefix, value, framed)
+            return packed
+        except Exception:
+            pass        # a value bus_pack leaves to msgpack: it packs it, or raises
+    body: bytes = prefix + _PACKER.pack(value)
     if len(body) > _PACKER_KEEP:
         _PACKER = msgpack.Packer(use_bin_type=True)
-    return body
+    return _LEN.pack(len(body)) + body if framed else body
+
+
+def encode_body(msg: BusMessage) -> bytes:
+    """The msgpack body alone (no length prefix)."""
+    return _packed(msg, False)
 
 
 def encode_frame(msg: BusMessage, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> bytes:
     """Length-prefixed frame for ``msg``. Encode once and write the same bytes to
     every destination of a broadcast."""
-    body = encode_body(msg)
-    if len(body) > max_frame_size:
+    frame = _packed(msg, True)
+    if len(frame) - 4 > max_frame_size:
         raise BusProtocolError(
-            f"bus message of {len(body)} bytes exceeds the {max_frame_size} bytes frame limit")
-    return _LEN.pack(len(body)) + body
+            f"bus message of {len(frame) - 4} bytes exceeds the {max_frame_size} bytes "
+            "frame limit")
+    return frame
 
 
 def unbatch(msg: BusMessage) -> list[BusMessage]:
@@ -294,25 +320,30 @@ def _int(x: Any) -> bool:
 
 
 # Node ids found well formed (the senders, the holders REPLJOB lists: a handful
-# in a cluster), so the ids of every frame are not matched again; bounded, as
-# what is in it comes from peers. (Final: a C static in the compiled build, not
-# a lookup in the module's globals per id.)
-_CHECKED_IDS: Final[set[str]] = set()
+# in a cluster), each kept as the first str that carried it: the ids of every
+# frame are not matched again, and a decoded message names a node with that
+# one object, whose hash is known and which compares by identity where the
+# job layer looks ids up (broker/job.py's holder tuples). Bounded, as what is
+# in it comes from peers. (Final: a C static in the compiled build, not a
+# lookup in the module's globals per id.)
+_CHECKED_IDS: Final[dict[str, str]] = {}
 _CHECKED_IDS_MAX: Final = 4096
 
 
-def _node_id(x: Any) -> bool:
-    """40 lowercase hex chars (a str)."""
+def _node_id(x: Any) -> str | None:
+    """``x`` as the one str kept for that node id, if it is one (40 lowercase
+    hex chars), else None."""
     if type(x) is not str:
-        return False
-    if x in _CHECKED_IDS:
-        return True
+        return None
+    found = _CHECKED_IDS.get(x)
+    if found is not None:
+        return found
     if _HEX40.match(x) is None:
-        return False
+        return None
     if len(_CHECKED_IDS) >= _CHECKED_IDS_MAX:
         _CHECKED_IDS.clear()
-    _CHECKED_IDS.add(x)
-    return True
+    _CHECKED_IDS[x] = x
+    return x
 
 
 def _list_of(x: Any, check: Callable[[Any], bool]) -> bool:
@@ -326,17 +357,19 @@ def _list_of(x: Any, check: Callable[[Any], bool]) -> bool:
 
 
 def _node_ids(x: Any) -> bool:
-    """None or a list of node ids (a loop of its own, not _list_of: REPLJOB
-    checks one per job, and a native call per id is cheaper than a call
-    through a function object)."""
+    """None or a list of node ids, each replaced by the str kept for it (a
+    loop of its own, not _list_of: REPLJOB checks one per job, and a native
+    call per id is cheaper than a call through a function object)."""
     if x is None:
         return True
     if type(x) is not list:
         return False
     ids: list = x
-    for item in ids:
-        if not _node_id(item):
+    for i in range(len(ids)):
+        nid = _node_id(ids[i])
+        if nid is None:
             return False
+        ids[i] = nid
     return True
 
 
@@ -434,7 +467,8 @@ def decode_body(body: Any) -> BusMessage:
             f"unsupported bus protocol version {version!r} (this node speaks {PROTOCOL_VERSION})")
     if type(mtype) is not int:
         raise _bad("type is not an integer")
-    if not _node_id(sender):
+    sender = _node_id(sender)
+    if sender is None:
         raise _bad("sender is not a 40 hex chars node id")
     if type(ip) is not str or len(ip) > 255:
         raise _bad("ip is not a string")
@@ -451,7 +485,8 @@ def decode_body(body: Any) -> BusMessage:
         if type(e) is not list or len(e) != 7:
             raise _bad("gossip entry is not a 7-element array")
         gid, gip, gport, gbus, gflags, gping, gpong = e
-        if (not _node_id(gid) or type(gip) is not str
+        gid = _node_id(gid)
+        if (gid is None or type(gip) is not str
                 or type(gport) is not int or type(gbus) is not int
                 or type(gflags) is not int or type(gping) is not int
                 or type(gpong) is not int):
