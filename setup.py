@@ -2,7 +2,7 @@
 
 pyproject.toml holds the project's metadata; this file only lists what is
 compiled: the request reader and the bus bodies' packer (Cython,
-protocol/request_c.pyx and bus_pack.pyx) and the hot core,
+protocol/request_c.pyx and bus_c.pyx) and the hot core,
 compiled by mypyc from its own .py modules (each .so shadows its .py; the .py
 stays the definition of behaviour). Where the build runs with
 DISQUETTE_NO_EXTENSIONS=1 nothing is compiled and the pure-Python modules run
@@ -39,7 +39,7 @@ if os.environ.get("DISQUETTE_NO_EXTENSIONS", "") in ("", "0"):
     from Cython.Build import cythonize
     from mypyc.build import mypycify
 
-    ext_modules = cythonize(["protocol/request_c.pyx", "protocol/bus_pack.pyx"],
+    ext_modules = cythonize(["protocol/request_c.pyx", "protocol/bus_c.pyx"],
                             language_level=3)
     # mypy reads the modules these import for their types, without checking them.
     ext_modules += mypycify(["--follow-imports=silent", "--ignore-missing-imports", *CORE])

@@ -36,11 +36,11 @@ from protocol.build import EXTENSIONS
 
 if EXTENSIONS:
     try:
-        from protocol.bus_pack import pack as _C_PACK
+        from protocol.bus_c import pack as _C_PACK, unpack as _C_UNPACK
     except ImportError:     # not built (a source checkout without a compiler step)
-        _C_PACK = None
+        _C_PACK = _C_UNPACK = None
 else:
-    _C_PACK = None
+    _C_PACK = _C_UNPACK = None
 
 __all__ = [
     "PROTOCOL_VERSION", "DEFAULT_MAX_FRAME_SIZE", "BusProtocolError", "BusMessage",
@@ -248,7 +248,7 @@ _HEADS_MAX: Final = 64      # senders (RESET HARD takes a new id)
 def _packed(msg: BusMessage, framed: bool) -> bytes:
     """The body (led by its length when ``framed``): a header packed before,
     then the payload; or, with gossip, the whole list. The compiled build packs
-    with protocol/bus_pack.pyx (the same bytes as msgpack's), msgpack packs
+    with protocol/bus_c.pyx (the same bytes as msgpack's), msgpack packs
     what that one leaves to it, and the pure build."""
     global _PACKER
     if msg.gossip:
@@ -271,7 +271,7 @@ def _packed(msg: BusMessage, framed: bool) -> bytes:
             packed: bytes = _C_PACK(prefix, value, framed)
             return packed
         except Exception:
-            pass        # a value bus_pack leaves to msgpack: it packs it, or raises
+            pass        # a value bus_c leaves to msgpack: it packs it, or raises
     body: bytes = prefix + _PACKER.pack(value)
     if len(body) > _PACKER_KEEP:
         _PACKER = msgpack.Packer(use_bin_type=True)
@@ -450,12 +450,24 @@ def _bad(what: str) -> BusProtocolError:
     return BusProtocolError(f"invalid bus message: {what}")
 
 
-def decode_body(body: Any) -> BusMessage:
-    """Parse one msgpack body (bytes-like) into a :class:`BusMessage`."""
+def _unpacked(body: Any) -> Any:
+    """The value a body holds: read by protocol/bus_c.pyx in the compiled
+    build (msgpack's values), by msgpack in the pure build and where bus_c
+    leaves it to msgpack (which reads it or says what is wrong with it)."""
+    if _C_UNPACK is not None:
+        try:
+            return _C_UNPACK(body)
+        except Exception:
+            pass
     try:
-        obj = msgpack.unpackb(body, raw=False, use_list=True, strict_map_key=False)
+        return msgpack.unpackb(body, raw=False, use_list=True, strict_map_key=False)
     except Exception as exc:  # msgpack raises several types (ExtraData, ValueError...)
         raise BusProtocolError(f"invalid bus frame body: {exc}") from None
+
+
+def decode_body(body: Any) -> BusMessage:
+    """Parse one msgpack body (bytes-like) into a :class:`BusMessage`."""
+    obj = _unpacked(body)
     if type(obj) is not list or len(obj) != 9:
         if type(obj) is list and obj and obj[0] == AUTH_MAGIC:
             raise BusProtocolError("the peer authenticates its bus links "
