@@ -236,8 +236,13 @@ def on_gotjob(cluster: Cluster, sender: str, jid: Any, now: int) -> None:
     if p is None or p.job.state == ACKED:
         return
     job = p.job
-    job.nodes_delivered = with_holder(job.nodes_delivered, sender)
-    confirmed = job.nodes_confirmed = with_holder(job.nodes_confirmed, sender)
+    delivered = job.nodes_delivered = with_holder(job.nodes_delivered, sender)
+    confirmed = _nodes(job.nodes_confirmed)
+    if len(confirmed) + 1 == len(delivered) and sender not in confirmed:
+        confirmed = delivered   # (a subset of it) every holder now: that very tuple
+    else:
+        confirmed = with_holder(confirmed, sender)
+    job.nodes_confirmed = confirmed
     if len(confirmed) >= job.repl:
         _achieved(cluster, p, now)
 

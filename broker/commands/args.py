@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from mypy_extensions import i64
+
 from broker.dispatch import CommandError
 from broker.job import BADID, valid_job_id
 from broker.node import Node
@@ -18,9 +20,27 @@ SYNTAX_ERROR = "ERR syntax error"
 _C_INTEGER = re.compile(rb"(?:[+-]?[0-9]+)?\Z")
 
 
+def _digits(arg: bytes) -> i64:
+    """The value of 1 to 18 ASCII digits (most arguments: counts, times), else
+    -1: read as C integers, with no int() of the bytes and no bound to check."""
+    n = len(arg)
+    if n == 0 or n > 18:
+        return -1
+    v: i64 = 0
+    for i in range(n):
+        c = arg[i]
+        if c < 48 or c > 57:
+            return -1
+        v = v * 10 + (c - 48)
+    return v
+
+
 def c_integer(arg: bytes) -> int | None:
     """The value strtoll/strtoul give an argument Disque accepts, else None."""
-    if arg.isdigit():               # plain ASCII digits: most arguments, no regex
+    d = _digits(arg)
+    if d >= 0:
+        return d
+    if arg.isdigit():               # plain ASCII digits: no regex
         return int(arg)
     if b"\0" in arg:
         arg = arg[:arg.index(b"\0")]
@@ -31,6 +51,9 @@ def c_integer(arg: bytes) -> int | None:
 
 def parse_int(arg: bytes, message: str = "ERR value is not an integer or out of range") -> int:
     """An integer argument as Disque reads it (getLongLongFromObject)."""
+    d = _digits(arg)
+    if d >= 0:
+        return d
     n = c_integer(arg)
     if n is None or not -(1 << 63) <= n < (1 << 63):
         raise CommandError(message)
