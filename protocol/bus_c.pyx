@@ -46,12 +46,9 @@ cdef extern from "Python.h":
     bint PyByteArray_Check(object o)
     bint PyUnicode_Check(object o)
     bint PyList_Check(object o)
-    bint PyList_CheckExact(object o)
     bint PyTuple_Check(object o)
-    Py_ssize_t PyList_GET_SIZE(object o)
-    Py_ssize_t PyTuple_GET_SIZE(object o)
-    void *PyList_GET_ITEM(object o, Py_ssize_t i)
-    void *PyTuple_GET_ITEM(object o, Py_ssize_t i)
+    Py_ssize_t PySequence_Fast_GET_SIZE(object o)
+    void *PySequence_Fast_GET_ITEM(object o, Py_ssize_t i)
     bint PyDict_Check(object o)
     long long PyLong_AsLongLongAndOverflow(object o, int *overflow) except? -1
     unsigned long long PyLong_AsUnsignedLongLong(object o) except? -1
@@ -219,22 +216,11 @@ cdef int _pack(object o, int depth) except -1:
         s = PyUnicode_AsUTF8AndSize(o, &n)
         _sized(n, 0xa0, 32, 0xd9, 0xda, 0xdb)
         return _put(s, n)
-    if PyList_CheckExact(o):
-        n = PyList_GET_SIZE(o)
+    if PyList_Check(o) or PyTuple_Check(o):
+        n = PySequence_Fast_GET_SIZE(o)
         _sized(n, 0x90, 16, 0, 0xdc, 0xdd)
         for i in range(n):
-            _pack(<object>PyList_GET_ITEM(o, i), depth + 1)
-        return 0
-    if PyTuple_Check(o):
-        n = PyTuple_GET_SIZE(o)
-        _sized(n, 0x90, 16, 0, 0xdc, 0xdd)
-        for i in range(n):
-            _pack(<object>PyTuple_GET_ITEM(o, i), depth + 1)
-        return 0
-    if PyList_Check(o):
-        _sized(len(o), 0x90, 16, 0, 0xdc, 0xdd)
-        for item in o:
-            _pack(item, depth + 1)
+            _pack(<object>PySequence_Fast_GET_ITEM(o, i), depth + 1)
         return 0
     if PyDict_Check(o):
         _sized(len(o), 0x80, 16, 0, 0xde, 0xdf)
