@@ -91,8 +91,9 @@ class Host:
     def restart(self) -> None: ...
     def rss(self) -> int: return 0
     # Give memory freed by deleted jobs back to the system (the allocator keeps
-    # it otherwise); the Node asks after a large drop of its live jobs.
-    def release_memory(self) -> None: ...
+    # it otherwise); the Node asks after a large drop of its live jobs, saying
+    # how many are left.
+    def release_memory(self, jobs: int) -> None: ...
     def cpu(self) -> tuple[float, float]: return (0.0, 0.0)
     # The AOF file (server/aof.py): INFO persistence, BGREWRITEAOF, DEBUG LOADAOF.
     def aof_info(self) -> list | None: return None     # INFO fields; None: AOF off
@@ -599,7 +600,7 @@ class Node:
                 and mem == self._jobs_memory_last_cron):
             self.jobs_memory_peak = mem
             self.shrink_job_shards(SHARDS, SHRINK_JOBS_AT_RELEASE)
-            self.host.release_memory()
+            self.host.release_memory(self.job_count)
         self._jobs_memory_last_cron = mem
 
     def shrink_job_shards(self, count: int = SHARDS_PER_CRON, max_jobs: int = -1) -> None:
