@@ -54,6 +54,11 @@ QUEUE_OVERHEAD: Final = 1024
 # number of shards per cron run (SPEC section 9: memory follows the live jobs).
 SHARD_BYTES_PER_JOB: Final = 128
 SHARD_MIN_BYTES: Final = 1024
+# An empty shard that still holds a table of its own (rebuilt small while its
+# last jobs left, or too small for the rule above) gets the shared empty table
+# back: about 700 such tables after a million jobs, allocated among the jobs,
+# each kept an allocator arena (1 MiB) or a heap page resident after the drain.
+EMPTY_SHARD_BYTES: Final = sys.getsizeof({})
 SHARDS_PER_CRON: Final = 256           # all 4096 in 1.6 s
 # Once the jobs' accounted memory fell this much below its peak and stopped
 # falling (one cron run), the host is asked to give freed memory back to the
@@ -86,8 +91,9 @@ class Host:
     def restart(self) -> None: ...
     def rss(self) -> int: return 0
     # Give memory freed by deleted jobs back to the system (the allocator keeps
-    # it otherwise); the Node asks after a large drop of its live jobs.
-    def release_memory(self) -> None: ...
+    # it otherwise); the Node asks after a large drop of its live jobs, saying
+    # how many are left.
+    def release_memory(self, jobs: int) -> None: ...
     def cpu(self) -> tuple[float, float]: return (0.0, 0.0)
     # The AOF file (server/aof.py): INFO persistence, BGREWRITEAOF, DEBUG LOADAOF.
     def aof_info(self) -> list | None: return None     # INFO fields; None: AOF off
@@ -594,20 +600,25 @@ class Node:
                 and mem == self._jobs_memory_last_cron):
             self.jobs_memory_peak = mem
             self.shrink_job_shards(SHARDS, SHRINK_JOBS_AT_RELEASE)
-            self.host.release_memory()
+            self.host.release_memory(self.job_count)
         self._jobs_memory_last_cron = mem
 
     def shrink_job_shards(self, count: int = SHARDS_PER_CRON, max_jobs: int = -1) -> None:
         """Rebuild, at their size, the next `count` job shards whose table
-        outgrew their jobs (in place: the same dict objects); with max_jobs
-        >= 0, stop once more jobs than that were moved."""
+        outgrew their jobs (in place: the same dict objects), and empty the
+        tables of those left without jobs; with max_jobs >= 0, stop once more
+        jobs than that were moved."""
         i = self._shrink_cursor
         shards = self.job_shards
         n = moved = 0
         while n < count and (max_jobs < 0 or moved <= max_jobs):
             shard = shards[(i + n) % SHARDS]
             n += 1
-            if sys.getsizeof(shard) > SHARD_MIN_BYTES + SHARD_BYTES_PER_JOB * len(shard):
+            size = sys.getsizeof(shard)
+            if not shard:
+                if size > EMPTY_SHARD_BYTES:
+                    shard.clear()
+            elif size > SHARD_MIN_BYTES + SHARD_BYTES_PER_JOB * len(shard):
                 moved += len(shard)
                 jobs = dict(shard)
                 shard.clear()

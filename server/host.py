@@ -6,9 +6,11 @@ reconfiguration a CONFIG SET asks for (server/reconfigure.py)."""
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import time
 
+from broker.commands.server import COMPILED_CORE
 from broker.dispatch import CommandError
 from broker.node import Host
 from protocol.resp import READER
@@ -18,6 +20,12 @@ try:    # glibc: hand the free pages inside the heap back to the system
     _malloc_trim = ctypes.CDLL(None).malloc_trim
 except (OSError, AttributeError):
     _malloc_trim = None
+
+# Up to this many live jobs, release_memory runs a full collection first. It
+# walks the lists that hold the jobs (2.3 ms per 100,000 compiled) and, in the
+# pure build, the jobs themselves (44 ms per 100,000): beyond that the few MB
+# it gives back are not worth the stall.
+FREE_LISTS_MAX_JOBS = 100_000 if COMPILED_CORE == "yes" else 10_000
 
 
 class ServerHost(Host):
@@ -74,7 +82,13 @@ class ServerHost(Host):
     def resp_parser(self) -> str:
         return READER
 
-    def release_memory(self) -> None:
+    def release_memory(self, jobs: int) -> None:
+        if jobs <= FREE_LISTS_MAX_JOBS:
+            # A full collection also empties the interpreter's free lists
+            # (tuples, lists, dicts, floats): they hold the objects freed last,
+            # during the drain, among the jobs, each keeping a 1 MiB arena of
+            # the allocator resident (about 15 MB after a million jobs).
+            gc.collect()
         if _malloc_trim is not None:
             _malloc_trim(0)
 

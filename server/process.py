@@ -39,6 +39,9 @@ from server.tls import build_contexts, tls_wanted
 
 log = logging.getLogger("server")
 
+# uvloop keeps up to this many freed callback handles (call_soon's) for reuse.
+HANDLE_FREE_LIST = 250
+
 
 class ProcessRandom(random.Random):
     """The node's random source in a process, seeded from the OS. Its random
@@ -130,6 +133,16 @@ class Server:
                 log.debug("Closing idle client %s", client.addr)
                 client.conn.close()
 
+    def prime_handle_free_list(self) -> None:
+        """Fill uvloop's free list of callback handles at start-up, before any
+        job: otherwise the handles it keeps are ones made during a burst of
+        jobs, and each (one object) kept a 1 MiB allocator arena resident after
+        the jobs around it were gone (7 MB after a million jobs). Handles are
+        then reused from the list, not made among the jobs."""
+        handles = [self.loop.call_soon(_nothing) for _ in range(HANDLE_FREE_LIST)]
+        for handle in handles:
+            handle.cancel()     # dropped by the loop's next turn, into the list
+
     # -- cluster bus --------------------------------------------------------
     def on_bus_message(self, link, msg) -> None:
         self.driver.bus_message(link, msg, self.clock())
@@ -176,6 +189,7 @@ class Server:
         if cfg.tls_port:
             log.info("Ready to accept TLS connections on port %d", cfg.tls_port)
         self.seeder.start()
+        self.prime_handle_free_list()
         if cfg.appendonly:
             # Loaded in chunks while clients get -LOADING (SPEC: PING within 1 s).
             self.load_task = self.loop.create_task(self.load_aof())
@@ -249,3 +263,7 @@ class Server:
             return
         self.flush()
         self.driver.after_input()
+
+
+def _nothing() -> None:
+    pass
