@@ -29,7 +29,7 @@ decoded nor hashed again, and compares with its twin by identity.
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
-from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.string cimport memcmp, memcpy
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t

@@ -40,6 +40,11 @@ def c_integer(arg: bytes) -> int | None:
     d = _digits(arg)
     if d >= 0:
         return d
+    return _other_integer(arg)
+
+
+def _other_integer(arg: bytes) -> int | None:
+    """c_integer of what _digits does not read (a sign, a NUL, 19 digits and more)."""
     if arg.isdigit():               # plain ASCII digits: no regex
         return int(arg)
     if b"\0" in arg:
@@ -53,8 +58,8 @@ def parse_int(arg: bytes, message: str = "ERR value is not an integer or out of 
     """An integer argument as Disque reads it (getLongLongFromObject)."""
     d = _digits(arg)
     if d >= 0:
-        return d
-    n = c_integer(arg)
+        return d        # 18 digits at most: no bound to check
+    n = _other_integer(arg)
     if n is None or not -(1 << 63) <= n < (1 << 63):
         raise CommandError(message)
     return n
