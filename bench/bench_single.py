@@ -34,6 +34,9 @@ Rows (``--only`` takes their names, comma-separated):
   ceiling...     the ceiling of the row above it: the same requests answered
                  by a do-nothing RESP server in plain Python on the same event
                  loop (bench/ceiling_server.py); no target
+  ceiling-rss    the rss row's ceiling: the same 1M ADDJOBs held by
+                 ceiling_server.py --hold, which keeps only each job's id and
+                 body (two bytes objects, a dict entry, a deque slot); no target
 
 ``--profile ROW`` runs that one row once with py-spy recording our node (the
 ``bench`` extra installs it) and prints its functions by self time, beside the
@@ -98,6 +101,7 @@ class Context:
         self.has_disque = disque_path() is not None
         self._servers: dict[str, Server] = {}
         self.cycles: dict[str, tuple[float, float]] = {}   # ack-stall and rss-cycle's run
+        self.rss: dict[str, float] = {}                    # rss's figures, for ceiling-rss
         self.row = ""                                      # the row running (for the log)
 
     def n(self, full: int) -> int:
@@ -241,18 +245,32 @@ def rss_per_item(server: Server, n: int) -> tuple[float, int]:
     return (server.rss() - before) / have, have
 
 
-def run_rss(ctx: Context) -> Result:
-    """Fresh processes, so 'before' is a just-started server."""
+def rss_figures(ctx: Context, sides: list[tuple[str, Callable[[], Server]]]) -> dict[str, float]:
+    """RSS per item of each side, each a fresh process (so 'before' is a
+    just-started server); a side measured earlier in this run is not run again."""
     n = ctx.n(1_000_000)
-    per: dict[str, float] = {}
-    for kind, start in fresh_servers(ctx):
+    for kind, start in sides:
+        if kind in ctx.rss:
+            continue
         server = start()
         try:
-            per[kind], have = rss_per_item(server, n)
-            log(f"  rss: {kind} {per[kind]:.0f} B per item over {have:,} items")
+            ctx.rss[kind], have = rss_per_item(server, n)
+            log(f"  rss: {kind} {ctx.rss[kind]:.0f} B per item over {have:,} items")
         finally:
             server.stop()
+    return ctx.rss
+
+
+def run_rss(ctx: Context) -> Result:
+    per = rss_figures(ctx, fresh_servers(ctx))
     return Result(per["disquette"], per.get("disque"), per["redis"], "B/job",
+                  redis_unit="B/elem")
+
+
+def run_rss_ceiling(ctx: Context) -> Result:
+    sides = [("ceiling", lambda: start_ceiling(hold=True)), *fresh_servers(ctx)[1:]]
+    per = rss_figures(ctx, sides)
+    return Result(per["ceiling"], per.get("disque"), per["redis"], "B/job",
                   redis_unit="B/elem")
 
 
@@ -340,6 +358,8 @@ METRICS: list[Metric] = [
     Metric("addjob-4k", "ADDJOB with 4 KB bodies, -c 50", "min-ratio", 0.9, run_addjob_4k),
     Metric("ceiling-4k", CEILING + "ADDJOB 4 KB, -c 50", "info", None, ceiling_of(run_addjob_4k)),
     Metric("rss", "RSS per queued job (1M jobs, 100 B bodies)", "max-ratio", 0.5, run_rss),
+    Metric("ceiling-rss", "ceiling (id and body as bytes in a dict and a deque, nothing else): "
+           "RSS per job", "info", None, run_rss_ceiling),
     Metric("stall", "longest PING stall while 2M ADDJOBs arrive (-c 50 -P 64)", "max-ratio", 1.5,
            run_stall),
     Metric("ack-stall", "longest PING stall while 1M live jobs are acked", "max", 25,

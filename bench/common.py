@@ -218,11 +218,13 @@ def start_redis(port: int | None = None) -> Server:
     return Server("redis", argv, port, d)
 
 
-def start_ceiling(port: int | None = None) -> Server:
-    """bench/ceiling_server.py: a do-nothing RESP server on the same event loop."""
+def start_ceiling(port: int | None = None, hold: bool = False) -> Server:
+    """bench/ceiling_server.py: a do-nothing RESP server on the same event loop;
+    ``hold``: one that keeps each ADDJOB's id and body (the memory ceiling)."""
     port = port or free_port()
     d = temp_dir("ceiling-bench-")
-    argv = [sys.executable, str(REPO_ROOT / "bench" / "ceiling_server.py"), str(port)]
+    argv = [sys.executable, str(REPO_ROOT / "bench" / "ceiling_server.py"), str(port),
+            *(["--hold"] if hold else [])]
     return Server("ceiling", argv, port, d)
 
 
