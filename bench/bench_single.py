@@ -24,7 +24,8 @@ Rows (``--only`` takes their names, comma-separated):
   getjob         GETJOB NOHANG FROM q (RPOP; queues pre-filled)      >= 0.9x Disque
   addjob-4k      ADDJOB with a 4 KB body                             >= 0.9x Disque
   rss            RSS bytes per queued job after 1M ADDJOBs (pipelined)
-                 (Redis: per LPUSHed element)                        <= 0.5x Disque
+                 (Redis: per LPUSHed element; where the bytes go:
+                 bench/job_bytes.py)                                 <= 0.5x Disque
   stall          longest PING round trip of one more client while 2M
                  ADDJOBs arrive (-c 50 -P 64)                        <= 1.5x Disque
   ack-stall      longest PING round trip while 1M live jobs, fetched by
