@@ -29,8 +29,9 @@ CORE = [
     "protocol/bus.py", "cluster/cluster.py", "cluster/replication.py", "cluster/acks.py",
     "cluster/requeue.py", "server/driver.py", "cluster/membership.py",
     # The client connection's read -> parse -> dispatch -> encode -> write loop,
-    # and the node's clock (read by every ADDJOB).
-    "server/resp.py", "server/clock.py",
+    # and the node's clock (read by every ADDJOB); the bus links' read -> decode
+    # -> handle and send -> write (one call per frame each way).
+    "server/resp.py", "server/clock.py", "server/bus.py",
 ]
 
 ext_modules = []

@@ -39,7 +39,7 @@ import logging
 import random
 import secrets as _secrets
 import ssl
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 from cluster.outputs import Link
 from protocol.bus import (
@@ -54,8 +54,10 @@ __all__ = ["ClusterBus"]
 log = logging.getLogger(__name__)
 
 
-class _Conn(asyncio.Protocol):
-    """One TCP connection, either direction: frame reader + coalescing writer."""
+class _Conn:
+    """One TCP connection, either direction: frame reader + coalescing writer.
+    An asyncio protocol by its methods (compiled: a native class cannot extend
+    asyncio.Protocol, a Python class; asyncio and uvloop take any object)."""
 
     def __init__(self, bus: "ClusterBus", peer: "_Peer | None") -> None:
         self.bus = bus
@@ -80,7 +82,7 @@ class _Conn(asyncio.Protocol):
         # Outbound: True once the link is usable (TLS and authentication done),
         # False if it closed before.
         self.ready: asyncio.Future | None = (
-            bus._loop.create_future() if peer is not None else None)
+            bus.loop.create_future() if peer is not None else None)
 
     # -- asyncio.Protocol --------------------------------------------------------------
 
@@ -103,7 +105,7 @@ class _Conn(asyncio.Protocol):
                                    _secrets.token_bytes(AUTH_NONCE_SIZE))
             transport.write(encode_auth(AuthMessage(AUTH_HELLO, nonce=self.auth.nonce)))
             if self.peer is None:
-                self.auth_timer = self.bus._loop.call_later(
+                self.auth_timer = self.bus.loop.call_later(
                     self.bus.auth_timeout, self._auth_timeout)
         elif self.ready is not None:
             self.ready.set_result(True)
@@ -136,6 +138,17 @@ class _Conn(asyncio.Protocol):
                            "outbound" if self.peer is not None else "inbound", exc)
             self.abort()
 
+    # What asyncio.Protocol gave by default: the write buffer's limit is
+    # max_write_buffer (see _flush), and a half-closed link is closed.
+    def pause_writing(self) -> None:
+        pass
+
+    def resume_writing(self) -> None:
+        pass
+
+    def eof_received(self) -> bool | None:
+        return None
+
     def connection_lost(self, exc) -> None:
         self.closed = True
         self.transport = None
@@ -155,11 +168,13 @@ class _Conn(asyncio.Protocol):
 
     def _authenticate(self, msg: AuthMessage) -> None:
         """One handshake step; raises BusProtocolError when the peer fails."""
-        st = self.auth
+        st, t = self.auth, self.transport
+        if st is None or t is None:
+            raise BusProtocolError("a bus authentication step on a link not authenticating")
         if msg.kind == AUTH_HELLO and st.peer_nonce is None:
             st.peer_nonce = msg.nonce
             if st.dialer:
-                self.transport.write(encode_auth(AuthMessage(AUTH_PROOF, macs=tuple(
+                t.write(encode_auth(AuthMessage(AUTH_PROOF, macs=tuple(
                     auth_proof(k, "dialer", st.nonce, msg.nonce) for k in self.secrets))))
             return
         if msg.kind == AUTH_PROOF and not st.dialer and st.peer_nonce is not None:
@@ -168,18 +183,18 @@ class _Conn(asyncio.Protocol):
                 expected = auth_proof(secret, "dialer", nonce_d, nonce_l)
                 for index, mac in enumerate(msg.macs):
                     if hmac.compare_digest(mac, expected):
-                        self.transport.write(encode_auth(AuthMessage(
+                        t.write(encode_auth(AuthMessage(
                             AUTH_ACCEPT, index=index,
                             mac=auth_proof(secret, "listener", nonce_d, nonce_l))))
                         self._authenticated(secret, nonce_d, nonce_l)
                         return
             raise BusProtocolError("the peer proved no cluster-auth-pass of this node")
         if msg.kind == AUTH_ACCEPT and st.dialer and st.peer_nonce is not None:
-            secret = self.secrets[msg.index] if msg.index < len(self.secrets) else None
-            if secret is None or not hmac.compare_digest(
-                    msg.mac, auth_proof(secret, "listener", st.nonce, st.peer_nonce)):
+            proved = self.secrets[msg.index] if msg.index < len(self.secrets) else None
+            if proved is None or not hmac.compare_digest(
+                    msg.mac, auth_proof(proved, "listener", st.nonce, st.peer_nonce)):
                 raise BusProtocolError("the peer proved no cluster-auth-pass of this node")
-            self._authenticated(secret, st.nonce, st.peer_nonce)
+            self._authenticated(proved, st.nonce, st.peer_nonce)
             return
         raise BusProtocolError(f"unexpected bus authentication step {msg.kind!r}")
 
@@ -187,7 +202,8 @@ class _Conn(asyncio.Protocol):
         if secret not in self.bus.secrets:
             raise BusProtocolError("cluster-auth-pass changed during the handshake")
         to_listener, to_dialer = session_keys(secret, nonce_d, nonce_l)
-        dialer = self.auth.dialer
+        st = self.auth
+        dialer = st is not None and st.dialer
         self.signer = FrameSigner(to_listener if dialer else to_dialer)
         self.reader.authenticate(to_dialer if dialer else to_listener)
         self.secret = secret
@@ -221,7 +237,7 @@ class _Conn(asyncio.Protocol):
             if corked is not None:
                 corked.append(self)      # written by ClusterBus.uncork
             else:
-                self.bus._loop.call_soon(self._flush)
+                self.bus.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self.flush_scheduled = False
@@ -292,7 +308,7 @@ class ClusterBus:
                  max_write_buffer: int = 256 << 20, idle_timeout: float = 60.0,
                  ssl_server: ssl.SSLContext | None = None,
                  ssl_client: ssl.SSLContext | None = None,
-                 secrets: list[str] = (), auth_timeout: float = 5.0) -> None:
+                 secrets: Sequence[str] = (), auth_timeout: float = 5.0) -> None:
         self.on_message = on_message
         self.on_link_up = on_link_up
         self.on_link_down = on_link_down
@@ -328,18 +344,31 @@ class ClusterBus:
         # cluster-bus-route (ext): announced bus address -> address to dial.
         self.routes: dict[tuple[str, int], tuple[str, int]] = {}
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop it runs on, from start()."""
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("ClusterBus.start() has not run")
+        return loop
+
     # -- lifecycle ---------------------------------------------------------------------
 
+    def _new_conn(self, peer: _Peer | None) -> Any:
+        # Any: asyncio's factories are typed to return an asyncio.Protocol,
+        # which _Conn is by its methods only (see _Conn).
+        return _Conn(self, peer)
+
     async def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self._relisten = asyncio.Lock()
-        self._server = await self._loop.create_server(
-            lambda: _Conn(self, None), self.host, self.port, reuse_address=True,
+        server = self._server = await loop.create_server(
+            lambda: self._new_conn(None), self.host, self.port, reuse_address=True,
             ssl=self.ssl_server)
-        self._servers = [self._server]
+        self._servers = [server]
         if not self.port:
-            self.port = self._server.sockets[0].getsockname()[1]
-        self._housekeeping = self._loop.call_later(1.0, self._housekeep)
+            self.port = server.sockets[0].getsockname()[1]
+        self._housekeeping = loop.call_later(1.0, self._housekeep)
 
     async def close(self) -> None:
         self._closing = True
@@ -354,7 +383,7 @@ class ClusterBus:
             await srv.wait_closed()
 
     def configure(self, ssl_server: ssl.SSLContext | None, ssl_client: ssl.SSLContext | None,
-                  secrets: list[str]) -> None:
+                  secrets: Sequence[str]) -> None:
         """New TLS contexts and/or secrets, at run time. Turning TLS or
         authentication on or off re-opens every link (the peers must agree);
         new certificates apply to new links; a rotation closes only the links
@@ -366,7 +395,7 @@ class ClusterBus:
         self.ssl_server, self.ssl_client, self.secrets = ssl_server, ssl_client, list(secrets)
         self.generation += 1
         if tls_changed and self._servers:
-            self._loop.create_task(self._serve_again())
+            self.loop.create_task(self._serve_again())
         for conn in list(self._conns):
             if mode_changed or conn.auth is not None or (
                     conn.secret is not None and conn.secret not in self.secrets):
@@ -381,16 +410,19 @@ class ClusterBus:
                 peer.conn.abort()        # connection_lost redials
 
     async def _serve_again(self) -> None:
-        async with self._relisten:       # in the order asked: the last context wins
+        relisten = self._relisten
+        if relisten is None:
+            return                       # not started
+        async with relisten:             # in the order asked: the last context wins
             if not self._closing:
                 self._servers = await listeners.reserve(
-                    self._servers, lambda: _Conn(self, None), self.ssl_server)
+                    self._servers, lambda: self._new_conn(None), self.ssl_server)
 
     def _warn(self, key: str, fmt: str, *args) -> None:
         """A warning, at most once per 10 s per ``key`` (peer address and
         reason: a misconfigured peer retries every second); the repeats go to
         the debug level."""
-        now = self._loop.time()
+        now = self.loop.time()
         if now - self._warned.get(key, -1e9) >= 10.0:
             self._warned[key] = now
             log.warning(fmt, *args)
@@ -405,10 +437,12 @@ class ClusterBus:
         same connection."""
         if isinstance(msg, BusMessage):
             try:
-                msg = encode_frame(msg, self.max_frame_size)
+                frame = encode_frame(msg, self.max_frame_size)
             except BusProtocolError as exc:
                 log.warning("Not sending %s to %s: %s", msg.type_name, node_id, exc)
                 return
+        else:
+            frame = msg
         peer = self._peers.get(node_id)
         if peer is not None and ip and peer.addr != (ip, bus_port):
             # The node moved (or we learnt its real address): reconnect there.
@@ -419,17 +453,17 @@ class ClusterBus:
             self._peers[node_id] = peer
             self._dial(peer)
         if peer is not None:
-            peer.last_send = self._loop.time()
+            peer.last_send = self.loop.time()
             if peer.conn is not None:
-                peer.conn.write(msg)
+                peer.conn.write(frame)
                 return
         inbound = self._inbound.get(node_id)
         if inbound is not None and not inbound.closed:
-            inbound.write(msg)
+            inbound.write(frame)
             return
-        if peer is not None and peer.backlog_bytes + len(msg) <= self.max_backlog_bytes:
-            peer.backlog.append(msg)
-            peer.backlog_bytes += len(msg)
+        if peer is not None and peer.backlog_bytes + len(frame) <= self.max_backlog_bytes:
+            peer.backlog.append(frame)
+            peer.backlog_bytes += len(frame)
 
     def cork(self) -> None:
         """Hold what :meth:`send` queues until :meth:`uncork`, which writes it at once
@@ -464,18 +498,20 @@ class ClusterBus:
         peer.retry = None
         if peer.closed or self._closing or peer.dialing is not None:
             return
-        peer.dialing = self._loop.create_task(self._connect(peer))
+        peer.dialing = self.loop.create_task(self._connect(peer))
 
     async def _connect(self, peer: _Peer) -> None:
         ip, port = self.routes.get(peer.addr, peer.addr)
-        conn = None
+        conn: _Conn | None = None
         try:
-            _, conn = await asyncio.wait_for(
-                self._loop.create_connection(lambda: _Conn(self, peer), ip, port,
+            _, made = await asyncio.wait_for(
+                self.loop.create_connection(lambda: self._new_conn(peer), ip, port,
                                              ssl=self.ssl_client),
                 self.connect_timeout)
+            conn = made
             # TLS is done; authentication (if any) before the link is usable.
-            if not await asyncio.wait_for(conn.ready, self.auth_timeout):
+            ready = made.ready
+            if ready is None or not await asyncio.wait_for(ready, self.auth_timeout):
                 raise ConnectionError("the link closed before it was authenticated")
         except (OSError, asyncio.TimeoutError) as exc:
             peer.dialing = None
@@ -499,6 +535,7 @@ class ClusterBus:
                 conn.abort()
             raise
         peer.dialing = None
+        conn = made
         if peer.closed or self._closing:
             conn.abort()
             return
@@ -528,7 +565,7 @@ class ClusterBus:
             return
         delay = peer.backoff * (0.5 + self._jitter.random())
         peer.backoff = min(peer.backoff * 2, self.backoff_max)
-        peer.retry = self._loop.call_later(delay, self._dial, peer)
+        peer.retry = self.loop.call_later(delay, self._dial, peer)
 
     def _forget_peer(self, peer: _Peer) -> None:
         peer.closed = True
@@ -550,11 +587,11 @@ class ClusterBus:
     def _housekeep(self) -> None:
         # Stop redialling peers nobody sent anything to for a while (e.g. a link
         # opened to answer a node we never added); the next send dials again.
-        now = self._loop.time()
+        now = self.loop.time()
         for peer in list(self._peers.values()):
             if now - peer.last_send > self.idle_timeout:
                 self._forget_peer(peer)
-        self._housekeeping = self._loop.call_later(1.0, self._housekeep)
+        self._housekeeping = self.loop.call_later(1.0, self._housekeep)
 
     # -- callbacks from connections ------------------------------------------------------
 
