@@ -30,8 +30,9 @@ CORE = [
     "cluster/requeue.py", "server/driver.py", "cluster/membership.py",
     # The client connection's read -> parse -> dispatch -> encode -> write loop,
     # and the node's clock (read by every ADDJOB); the bus links' read -> decode
-    # -> handle and send -> write (one call per frame each way).
-    "server/resp.py", "server/clock.py", "server/bus.py",
+    # -> handle and send -> write (one call per frame each way); the flush and
+    # timer scheduled after every input.
+    "server/resp.py", "server/clock.py", "server/bus.py", "server/schedule.py",
 ]
 
 ext_modules = []

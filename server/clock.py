@@ -66,6 +66,6 @@ class ProcessClock:
 
 
 def process_clock(wall_ns: Callable[[], int] = time.time_ns,
-                  monotonic_ns: Callable[[], int] = time.monotonic_ns) -> Callable[[], int]:
+                  monotonic_ns: Callable[[], int] = time.monotonic_ns) -> ProcessClock:
     """() -> ms: the wall clock read once, then the monotonic clock's progress."""
     return ProcessClock(wall_ns, monotonic_ns)

@@ -7,10 +7,10 @@ the shells around it: client connections (server/resp.py), the cluster bus
 the seeds (server/seeds.py); and runs the inputs: sockets, the timer, signals,
 shutdown and DEBUG RESTART. The effects the core asks for are ServerHost's
 (server/host.py), run-time reconfiguration is server/reconfigure.py's, and the
-process set-up around it (``main``) is server/main.py's. Two things are
-scheduled here: the driver's flush (once per event-loop turn) and the check of
-idle clients (once a second at most; which clients are idle is the Node's
-``idle_clients``).
+process set-up around it (``main``) is server/main.py's. The driver's flush
+(once per event-loop turn) and the node's timer are scheduled by
+server/schedule.py; the check of idle clients (once a second at most; which
+clients are idle is the Node's ``idle_clients``) runs here, on that timer.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from server.host import ServerHost
 from server.http import HttpServer
 from server.nodes_conf import read_nodes_conf, save_nodes_conf
 from server.resp import ClientConnection
+from server.schedule import Schedule
 from server.seeds import Seeder
 from server.tls import build_contexts, tls_wanted
 
@@ -62,13 +63,15 @@ class Server:
         # The wall clock read once, then the monotonic clock's (server/clock.py):
         # a stepped system clock neither expires nor stalls jobs.
         self.clock = process_clock()
-        self.timer_deadline = 0     # node time the armed timer is for
+        # The driver's flush once per turn and the node's timer (compiled).
+        self.schedule = Schedule(self.loop, self.clock, self.on_timer)
         self.node, self.cluster, self.driver = compose_node(
             config, clock=self.clock, rng=ProcessRandom(int.from_bytes(os.urandom(16), "big")),
             host=self.host, saved_nodes_conf=read_nodes_conf(config),
             perf_ns=time.perf_counter_ns,
-            wake=self.wake_flush, arm_timer=self.arm_timer,
+            wake=self.schedule.wake_flush, arm_timer=self.schedule.arm_timer,
             save_nodes_conf=lambda text: save_nodes_conf(self.config, text))
+        self.schedule.driver = self.driver
         self.bus = None
         self.listeners = []
         self.http = None            # the HTTP shell (ext), when http-port is set
@@ -80,44 +83,17 @@ class Server:
         self.tls_port_changes = 0
         self.tls_relisten = asyncio.Lock()   # see server/reconfigure.py serve_tls
         self.seeder = Seeder(self)
-        self.timer = None
         self.stopped = asyncio.Event()
         self.shutdown_mode = None
         self.exit_code = 0
-        self._flush_handle = None
         self.load_task = None
         self.idle_check_at = 0      # next check of the `timeout` directive, ms
 
-    # -- event plumbing --------------------------------------------------
-    def wake_flush(self) -> None:
-        """The driver flushes once per event-loop turn: one AOF write (and fsync)
-        and one bus frame per peer for everything the turn produced."""
-        if self._flush_handle is None:
-            self._flush_handle = self.loop.call_soon(self.flush)
-
+    # -- event plumbing (the flush and the timer: server/schedule.py) ------
     def flush(self) -> None:
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
-        self.driver.flush()
-
-    def arm_timer(self, deadline: int) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        self.timer_deadline = deadline
-        self.timer = self.loop.call_later(max(0.0, (deadline - self.clock()) / 1000),
-                                          self.on_timer)
-
-    def kick_overdue_timer(self) -> None:
-        """The event loop's timers follow the monotonic clock as it reads: one
-        that stepped back (a faked clock) would hold ours back as long. Any
-        input then runs a timer that is due by the node's clock."""
-        if self.timer is not None and self.timer_deadline <= self.clock():
-            self.timer.cancel()
-            self.on_timer()
+        self.schedule.flush()
 
     def on_timer(self) -> None:
-        self.timer = None
         if self.config.timeout:
             self.close_idle_clients()
         self.driver.tick()
@@ -143,11 +119,7 @@ class Server:
         for handle in handles:
             handle.cancel()     # dropped by the loop's next turn, into the list
 
-    # -- cluster bus --------------------------------------------------------
-    def on_bus_message(self, link, msg) -> None:
-        self.driver.bus_message(link, msg, self.clock())
-        self.kick_overdue_timer()
-
+    # -- cluster bus (its messages: Schedule.on_bus_message) -----------------
     def on_link_up(self, node_id: str) -> None:
         self.driver.link_up(node_id, self.clock())
 
@@ -158,7 +130,7 @@ class Server:
     async def start(self) -> None:
         cfg = self.config
         bus_tls = self.tls if cfg.tls_cluster else None
-        self.bus = ClusterBus(self.on_bus_message, host=cfg.bind or ["127.0.0.1"],
+        self.bus = ClusterBus(self.schedule.on_bus_message, host=cfg.bind or ["127.0.0.1"],
                               port=cfg.effective_bus_port, on_link_up=self.on_link_up,
                               on_link_down=self.on_link_down,
                               max_frame_size=cfg.proto_max_bulk_len + (1 << 20),
@@ -226,8 +198,7 @@ class Server:
             await self.http.stop()
         if self.bus is not None:
             await self.bus.close()
-        if self.timer is not None:
-            self.timer.cancel()
+        self.schedule.cancel_timer()
         remove_pidfile(self.config)
         log.warning("Disquette is now ready to exit, bye bye...")
 
