@@ -169,8 +169,8 @@ class _Conn:
     def _authenticate(self, msg: AuthMessage) -> None:
         """One handshake step; raises BusProtocolError when the peer fails."""
         st, t = self.auth, self.transport
-        if st is None or t is None:
-            raise BusProtocolError("a bus authentication step on a link not authenticating")
+        # data_received calls it only while the connected link authenticates.
+        assert st is not None and t is not None
         if msg.kind == AUTH_HELLO and st.peer_nonce is None:
             st.peer_nonce = msg.nonce
             if st.dialer:
@@ -203,7 +203,8 @@ class _Conn:
             raise BusProtocolError("cluster-auth-pass changed during the handshake")
         to_listener, to_dialer = session_keys(secret, nonce_d, nonce_l)
         st = self.auth
-        dialer = st is not None and st.dialer
+        assert st is not None           # called by _authenticate, during the handshake
+        dialer = st.dialer
         self.signer = FrameSigner(to_listener if dialer else to_dialer)
         self.reader.authenticate(to_dialer if dialer else to_listener)
         self.secret = secret
@@ -535,18 +536,17 @@ class ClusterBus:
                 conn.abort()
             raise
         peer.dialing = None
-        conn = made
         if peer.closed or self._closing:
-            conn.abort()
+            made.abort()
             return
-        if conn.closed:             # lost between its handshake and now
+        if made.closed:             # lost between its handshake and now
             self._link_failed(peer)
             return
-        peer.conn = conn
+        peer.conn = made
         peer.backoff = self.backoff_min
         backlog, peer.backlog, peer.backlog_bytes = peer.backlog, [], 0
         for frame in backlog:
-            conn.write(frame)
+            made.write(frame)
         if peer.reported_up is not True:
             peer.reported_up = True
             if self.on_link_up is not None:
