@@ -62,7 +62,6 @@ def test_rss_returns_after_small_jobs_with_slow_commands_among_them(node, wait_u
                message=lambda: f"rss {rss(c) / MB:.0f} MB, {start / MB:.0f} MB at the start")
 
 
-
 CYCLE_JOBS = 500_000
 CYCLE_CONNECTIONS = 4
 # What may stay after the cycle. Compiled (what CI runs): 6-8 MB stays on a
