@@ -141,11 +141,6 @@ class Server:
         await self.bus.start()
         self.driver.bus = self.bus
         save_nodes_conf(cfg, self.cluster.m.to_nodes_conf())
-        for addr in (cfg.bind or ["127.0.0.1"]) if cfg.port else ():    # port 0: no plaintext
-            srv = await self.loop.create_server(
-                lambda: ClientConnection(self), host=addr, port=cfg.port,
-                backlog=cfg.tcp_backlog, reuse_address=True)
-            self.listeners.append(srv)
         if cfg.http_port:
             self.http = HttpServer(self.node, self.driver, aof=lambda: self.aof)
             await self.http.start(cfg.http_bind.split() or cfg.bind or ["127.0.0.1"],
@@ -156,6 +151,13 @@ class Server:
                 listeners.bind(cfg.bind or ["127.0.0.1"], cfg.tls_port, cfg.tcp_backlog),
                 self.tls.clients)
             self.tls_port_open = cfg.tls_port
+        # The plaintext port opens last: a PING answered there means every
+        # other port is open too (starting each one yields to the loop).
+        for addr in (cfg.bind or ["127.0.0.1"]) if cfg.port else ():    # port 0: no plaintext
+            srv = await self.loop.create_server(
+                lambda: ClientConnection(self), host=addr, port=cfg.port,
+                backlog=cfg.tcp_backlog, reuse_address=True)
+            self.listeners.append(srv)
         if cfg.port:
             log.info("Ready to accept connections on port %d", cfg.port)
         if cfg.tls_port:
