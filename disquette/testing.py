@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Self, Sequence
 
 import redis
 
@@ -52,7 +52,8 @@ _handed_out: set[int] = set()
 _ports = random.Random()
 
 
-def _can_bind(host: str, port: int) -> bool:
+def can_bind(port: int, host: str = HOST) -> bool:
+    """Whether a listener could bind ``host:port`` now."""
     with socket.socket() as s:
         # As the node's listener does: a port in TIME_WAIT is still usable.
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -63,13 +64,15 @@ def _can_bind(host: str, port: int) -> bool:
     return True
 
 
-def free_port(host: str = HOST) -> int:
-    """A port free now whose bus port (+10000) is free too, never handed out
-    twice by this process.  Another process may still take it before the node
-    binds: the node then fails to start and is started again on another port."""
+def free_port(host: str = HOST, bus_offset: int = BUS_OFFSET) -> int:
+    """A port free now whose bus port (+10000; ``bus_offset=0``: none) is
+    free too, never handed out twice by this process.  Another process may
+    still take it before the node binds: the node then fails to start and is
+    started again on another port."""
     for _ in range(1000):
         port = _ports.randrange(*PORT_RANGE)
-        if port not in _handed_out and _can_bind(host, port) and _can_bind(host, port + BUS_OFFSET):
+        if port not in _handed_out and can_bind(port, host) and (
+                not bus_offset or can_bind(port + bus_offset, host)):
             _handed_out.add(port)
             return port
     raise RuntimeError("no free port pair (port, port + 10000) found")
@@ -155,45 +158,39 @@ class _Clients:
         self._client = None
 
 
-class DisquetteNode(_Clients):
-    """One node as a subprocess: ``<command> [directives] --port P --dir D``,
-    its output in ``D/node.log``.
+class ServerProcess:
+    """One server process on a loopback port, with its data dir and its log
+    (``D/node.log``): what every node runner of this project shares (this
+    module's :class:`DisquetteNode`, the test suite's and the chaos suite's
+    nodes).
 
-    ``port=None`` picks a free one (and another, if a process takes it first).
-    ``dir=None`` makes a temporary data dir, removed by :meth:`close`.
-    ``start()``, ``stop()`` (SIGTERM) and ``kill()`` (SIGKILL, as a crash) may
-    be called again and again: a node starts again on the same port and dir,
-    with what it persisted.
+    ``port=None`` picks a free one (and another, if a process takes it before
+    the server binds).  ``env`` is added to this environment.  It is ready
+    when it answers PING (``-NOAUTH`` counts: a password is the test's
+    business) and, where ``/proc`` can tell, when the listener is its own.
     """
 
-    def __init__(self, command: Sequence[str] | str | None = None, *,
-                 config: Iterable[str] = (), port: int | None = None,
-                 dir: str | os.PathLike[str] | None = None, host: str = HOST,
-                 start_timeout: float = START_TIMEOUT, **directives: Any) -> None:
-        if isinstance(command, str):
-            command = shlex.split(command)
-        self.command: list[str] = list(command) if command else default_command()
-        self.args: list[str] = directive_args(config, directives)
+    def __init__(self, command: Sequence[str], *, args: Iterable[str] = (),
+                 port: int | None = None, dir: str | os.PathLike[str] | None = None,
+                 host: str = HOST, env: Mapping[str, str] | None = None,
+                 start_timeout: float = START_TIMEOUT) -> None:
+        self.command: list[str] = list(command)
+        self.args: list[str] = [str(a) for a in args]
         self.host = host
         self._auto_port = port is None
         self.port: int = free_port(host) if port is None else port
         self._own_dir = dir is None
         self.dir = Path(tempfile.mkdtemp(prefix="disquette-node-") if dir is None else dir)
         self.dir = self.dir.resolve()
+        self.env: dict[str, str] = dict(env or {})
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen[bytes] | None = None
-        super().__init__()
 
     # -- where it is
     @property
     def addr(self) -> str:
         """``"127.0.0.1:<port>"``, what ``Client`` takes."""
         return format_addr(self.host, self.port)
-
-    @property
-    def url(self) -> str:
-        """``"disque://127.0.0.1:<port>"``."""
-        return f"disque://{self.addr}"
 
     @property
     def bus_port(self) -> int:
@@ -204,6 +201,10 @@ class DisquetteNode(_Clients):
         return self.proc.pid if self.proc is not None else None
 
     @property
+    def returncode(self) -> int | None:
+        return self.proc.poll() if self.proc is not None else None
+
+    @property
     def log_path(self) -> Path:
         return self.dir / LOG_NAME
 
@@ -211,24 +212,19 @@ class DisquetteNode(_Clients):
         # Port and dir last: they are this object's, whatever the config says.
         return [*self.command, *self.args, "--port", str(self.port), "--dir", str(self.dir)]
 
+    def environment(self) -> dict[str, str]:
+        """The process's environment (asked at each launch: the port may
+        have changed)."""
+        return dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
+
     def is_running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    # -- clients
-    def seeds(self) -> list[str]:
-        return [self.addr]
-
-    def admin(self) -> redis.Redis:
-        """A plain redis-py connection (RESP2, one socket) for checks and
-        admin commands; close it (``with node.admin() as r:``)."""
-        return redis.Redis(self.host, self.port, protocol=2, socket_timeout=10,
-                           socket_connect_timeout=5, single_connection_client=True)
-
     # -- the process
-    def start(self) -> "DisquetteNode":
-        """Start the process and wait until it answers PING (as itself: its
-        ``CONFIG GET dir`` is ours); NodeStartError, with the log's tail, if
-        it exits or does not answer within ``start_timeout`` seconds."""
+    def start(self) -> Self:
+        """Start the process and wait until it answers; NodeStartError, with
+        the log's tail, if it exits or does not answer within
+        ``start_timeout`` seconds."""
         self.launch()
         return self.wait_ready()
 
@@ -238,17 +234,17 @@ class DisquetteNode(_Clients):
         if self.is_running():
             raise RuntimeError(f"node {self.addr} is already running")
         self.dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
         with open(self.log_path, "ab") as log:
             log.write(f"=== disquette.testing: {shlex.join(self.argv())}\n".encode())
             log.flush()
             # Its own session: Ctrl-C reaches the test run, whose teardown stops it.
             self.proc = subprocess.Popen(
-                self.argv(), cwd=self.dir, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_death_signal())
+                self.argv(), cwd=self.dir, env=self.environment(), stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=death_signal())
         _live.add(self)
 
-    def wait_ready(self) -> "DisquetteNode":
+    def wait_ready(self) -> Self:
         """Until the launched process answers; a port taken meanwhile by
         another process means a new free port and a new launch."""
         for attempt in range(3):
@@ -274,40 +270,33 @@ class DisquetteNode(_Clients):
             raise NodeStartError(f"node {self.addr} was never launched")
         if self.proc.poll() is not None:
             _live.discard(self)
-            if "in use" in self.log_tail(20):
+            if "address already in use" in self.log_tail(20).lower():
                 raise _PortTaken()
             raise NodeStartError(f"node {self.addr} exited with code {self.proc.returncode}"
                                  f"\n--- {self.log_path} (tail) ---\n{self.log_tail()}")
-        try:
-            with redis.Redis(self.host, self.port, protocol=2, socket_timeout=5,
-                             socket_connect_timeout=1, single_connection_client=True) as r:
-                if not r.ping():
-                    return False
-                # Another process on our port answers too: only our dir is ours.
-                try:
-                    reply = r.execute_command("CONFIG", "GET", "dir")
-                except redis.ResponseError:
-                    return True      # a server without CONFIG GET: PING must do
-                return reply[1].decode() == str(self.dir)
-        except (redis.ConnectionError, redis.TimeoutError):   # not yet listening, -LOADING
-            return False
+        reply = self.ping()
+        if reply is None or not reply.startswith((b"+PONG", b"-NOAUTH")):
+            return False            # not yet listening, or -LOADING
+        # Another process on our port answers too: only our listener is ours
+        # (it then fails to bind, exits, and starts again on another port).
+        return pid_listens_on(self.proc.pid, self.port) is not False
 
-    def stop(self, timeout: float = 10.0) -> int | None:
-        """SIGTERM, and SIGKILL after ``timeout`` seconds; the exit code
-        (None if it never ran).  Clients stay: they reconnect after a start."""
-        if self.proc is None:
+    def ping(self) -> bytes | None:
+        """The first line of the reply to a PING sent on a new connection,
+        or None if nothing answers."""
+        try:
+            with socket.create_connection((self.host, self.port), timeout=1.0) as s:
+                s.settimeout(2.0)
+                s.sendall(b"*1\r\n$4\r\nPING\r\n")
+                data = b""
+                while b"\r\n" not in data:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                return data or None
+        except OSError:
             return None
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-                if hasattr(signal, "SIGCONT"):          # a node a test froze (SIGSTOP)
-                    self.proc.send_signal(signal.SIGCONT)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        _live.discard(self)
-        return self.proc.returncode
 
     def kill(self) -> int | None:
         """SIGKILL, as a crash; the exit code (None if it never ran)."""
@@ -319,6 +308,80 @@ class DisquetteNode(_Clients):
         code = self.proc.wait()
         _live.discard(self)
         return code
+
+    def terminate(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM and wait; TimeoutError (after a SIGKILL) if it does not
+        exit within ``timeout`` seconds.  The exit code (None if it never ran)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+                if hasattr(signal, "SIGCONT"):          # a node a test froze (SIGSTOP)
+                    self.proc.send_signal(signal.SIGCONT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise TimeoutError(f"node {self.addr} ignored SIGTERM for {timeout}s"
+                                   f"\n{self.log_tail()}") from None
+        _live.discard(self)
+        return self.proc.returncode
+
+    # -- its log
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log().splitlines()[-lines:])
+
+
+class DisquetteNode(ServerProcess, _Clients):
+    """One node as a subprocess: ``<command> [directives] --port P --dir D``,
+    its output in ``D/node.log``.
+
+    ``port=None`` picks a free one (and another, if a process takes it first).
+    ``dir=None`` makes a temporary data dir, removed by :meth:`close`.
+    ``start()``, ``stop()`` (SIGTERM) and ``kill()`` (SIGKILL, as a crash) may
+    be called again and again: a node starts again on the same port and dir,
+    with what it persisted.
+    """
+
+    def __init__(self, command: Sequence[str] | str | None = None, *,
+                 config: Iterable[str] = (), port: int | None = None,
+                 dir: str | os.PathLike[str] | None = None, host: str = HOST,
+                 start_timeout: float = START_TIMEOUT, **directives: Any) -> None:
+        if isinstance(command, str):
+            command = shlex.split(command)
+        ServerProcess.__init__(self, command or default_command(),
+                               args=directive_args(config, directives), port=port, dir=dir,
+                               host=host, start_timeout=start_timeout)
+        _Clients.__init__(self)
+
+    @property
+    def url(self) -> str:
+        """``"disque://127.0.0.1:<port>"``."""
+        return f"disque://{self.addr}"
+
+    # -- clients
+    def seeds(self) -> list[str]:
+        return [self.addr]
+
+    def admin(self) -> redis.Redis:
+        """A plain redis-py connection (RESP2, one socket) for checks and
+        admin commands; close it (``with node.admin() as r:``)."""
+        return redis.Redis(self.host, self.port, protocol=2, socket_timeout=10,
+                           socket_connect_timeout=5, single_connection_client=True)
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM, and SIGKILL after ``timeout`` seconds; the exit code
+        (None if it never ran).  Clients stay: they reconnect after a start."""
+        with contextlib.suppress(TimeoutError):     # killed, then
+            self.terminate(timeout)
+        return self.returncode
 
     def restart(self) -> "DisquetteNode":
         """SIGTERM, then start again on the same port and dir."""
@@ -338,16 +401,6 @@ class DisquetteNode(_Clients):
             self.stop()
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
-
-    # -- its log
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log().splitlines()[-lines:])
 
     def __enter__(self) -> "DisquetteNode":
         return self if self.is_running() else self.start()
@@ -473,13 +526,14 @@ class _PortTaken(Exception):
     """The node exited because its port (or bus port) was taken."""
 
 
-_live: set[DisquetteNode] = set()
+_live: set[ServerProcess] = set()
 
 
-def _death_signal() -> Callable[[], None] | None:
-    """On Linux, for a node launched by the main thread: have the kernel
-    SIGKILL the node when this process dies, even by SIGKILL (no atexit
-    then).  Not from another thread: the signal comes when *that thread* ends."""
+def death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` for Popen: on Linux, for a process launched by the
+    main thread, have the kernel SIGKILL it when this process dies, even by
+    SIGKILL (no atexit then).  Not from another thread: the signal comes
+    when *that thread* ends."""
     if _prctl is None or threading.current_thread() is not threading.main_thread():
         return None
     prctl = _prctl
@@ -499,6 +553,38 @@ def _libc_prctl() -> Any:
 
 
 _prctl = _libc_prctl()
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    parts = line.split()
+                    if parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(parts[9])
+        except OSError:
+            continue
+    return inodes
+
+
+def pid_listens_on(pid: int, port: int) -> bool | None:
+    """Whether ``pid`` owns the listener on ``port``; None where ``/proc``
+    cannot tell."""
+    if not os.path.exists("/proc/net/tcp"):
+        return None
+    wanted = {f"socket:[{i}]" for i in _listening_inodes(port)}
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
+                return True
+    return False
 
 
 @atexit.register

@@ -21,11 +21,9 @@ Typical use (through the fixtures in ``conftest.py``)::
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -37,10 +35,11 @@ from typing import Any, Callable, Sequence, TypeVar
 import pytest
 import redis
 
+from disquette.testing import NodeStartError, ServerProcess, directive_args, free_port
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PYDISQUE_PYTHON = REPO_ROOT / ".venv-pydisque" / "bin" / "python"
 HOST = "127.0.0.1"
-BUS_PORT_OFFSET = 10000
 # How long any wait (a condition, a reply, a start, an exit) may take before
 # the test calls it a hang: far above what a loaded machine needs, under the
 # pytest timeout (pyproject.toml).
@@ -53,7 +52,6 @@ NODE_WAIT_MS = 50_000
 # Polling starts fast and slows down to this: a long wait costs the machine
 # (and the node, asked over its socket) little.
 POLL_CAP = 0.1
-LOG_NAME = "stdout.log"
 
 T = TypeVar("T")
 
@@ -100,42 +98,6 @@ def wait_until(
             raise AssertionError(text)
         time.sleep(pause)
         pause = min(pause * 1.5, longest)
-
-
-# ---------------------------------------------------------------------------
-# ports
-# ---------------------------------------------------------------------------
-
-_handed_out: set[int] = set()
-
-
-def _can_bind(port: int, host: str = HOST) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        # Same option asyncio/redis set on their listeners, so a port in
-        # TIME_WAIT from an earlier test is still considered usable.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port(host: str = HOST, bus_offset: int = BUS_PORT_OFFSET) -> int:
-    """A loopback port that is free now and whose cluster-bus port
-    (``port + bus_offset``) is free too.  Never returns the same port twice in
-    one process."""
-    for _ in range(200):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-            port = s.getsockname()[1]
-        if port in _handed_out or port + bus_offset > 65535:
-            continue
-        if bus_offset and not _can_bind(port + bus_offset, host):
-            continue
-        _handed_out.add(port)
-        return port
-    raise RuntimeError("could not find a free port pair")
 
 
 # ---------------------------------------------------------------------------
@@ -301,82 +263,15 @@ class RawConn:
 # node processes
 # ---------------------------------------------------------------------------
 
-class NodeStartError(RuntimeError):
-    pass
+class NodeProcess(ServerProcess):
+    """One node as a real subprocess (disquette.testing's, with this suite's
+    clients): ``<cmd> --port P --dir D [args ...]``, so ``args`` may say
+    otherwise; stdout+stderr appended to ``D/node.log``.
 
-
-_live: set["NodeProcess"] = set()
-
-
-@atexit.register
-def _kill_leftovers() -> None:
-    for n in list(_live):
-        with contextlib.suppress(Exception):
-            n.kill()
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the test run
-    except Exception:
-        pass
-
-
-def _listening_inodes(port: int) -> set[str]:
-    inodes: set[str] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                next(f)
-                for line in f:
-                    parts = line.split()
-                    if parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
-                        inodes.add(parts[9])
-        except OSError:
-            continue
-    return inodes
-
-
-def _pid_listens_on(pid: int, port: int) -> bool | None:
-    """True/False if /proc can tell whether ``pid`` owns the listener on
-    ``port``; None if it cannot tell (no /proc)."""
-    if not os.path.exists("/proc/net/tcp"):
-        return None
-    wanted = {f"socket:[{i}]" for i in _listening_inodes(port)}
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return None
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
-                return True
-    return False
-
-
-def _directive_args(directives: dict[str, Any]) -> list[str]:
-    """``appendonly="yes", cluster_node_timeout=2000`` ->
-    ``["--appendonly", "yes", "--cluster-node-timeout", "2000"]``."""
-    out: list[str] = []
-    for key, value in directives.items():
-        out.append("--" + key.replace("_", "-"))
-        if isinstance(value, bool):
-            value = "yes" if value else "no"
-        out.extend(str(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
-    return out
-
-
-class NodeProcess:
-    """One node as a real subprocess:
-    ``<cmd> --port P --dir D [args ...]``, stdout+stderr appended to ``D/stdout.log``.
-
-    ``cmd`` defaults to ``[sys.executable, "-m", "broker"]``; pass e.g.
-    ``["redis-server"]`` to run something else with the same conventions.
-    If ``port`` is None a free one is picked (and re-picked, up to 3 times, if
-    another process grabs it before the node binds).
+    ``cmd`` defaults to ``[sys.executable, "-m", "broker"]`` run from this
+    checkout; pass e.g. ``["redis-server"]`` to run something else with the
+    same conventions.  If ``port`` is None a free one is picked (and picked
+    again if another process takes it before the node binds).
     """
 
     def __init__(
@@ -389,137 +284,30 @@ class NodeProcess:
         host: str = HOST,
         env: dict[str, str] | None = None,
         start_timeout: float = START_TIMEOUT,
-        check_owner: bool = True,
     ):
-        self.dir = Path(dir).resolve()
+        super().__init__(cmd if cmd is not None else [sys.executable, "-m", "broker"],
+                         args=args, port=port, dir=dir, host=host, env=env,
+                         start_timeout=start_timeout)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._auto_port = port is None
-        self.port = free_port(host) if port is None else port
-        self.host = host
-        self.args = [str(a) for a in args]
-        self.cmd = list(cmd) if cmd is not None else [sys.executable, "-m", "broker"]
-        self.extra_env = dict(env or {})
-        self.start_timeout = start_timeout
-        self.check_owner = check_owner
-        self.log_path = self.dir / LOG_NAME
-        self.proc: subprocess.Popen[bytes] | None = None
         self._clients: list[Any] = []
         self._raws: list[RawConn] = []
 
-    # -- identity
-    @property
-    def addr(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @property
-    def bus_port(self) -> int:
-        return self.port + BUS_PORT_OFFSET
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
-
-    @property
-    def returncode(self) -> int | None:
-        return self.proc.poll() if self.proc else None
-
     def argv(self) -> list[str]:
-        return [*self.cmd, "--port", str(self.port), "--dir", str(self.dir), *self.args]
+        return [*self.command, "--port", str(self.port), "--dir", str(self.dir), *self.args]
 
-    def __repr__(self) -> str:
-        state = "running" if self.is_alive() else f"exited {self.returncode}"
-        return f"<NodeProcess {self.addr} {state} dir={self.dir}>"
-
-    # -- lifecycle
-    def start(self) -> "NodeProcess":
-        if self.is_alive():
-            raise RuntimeError(f"{self!r} is already running")
-        attempts = 3 if self._auto_port else 1
-        for attempt in range(attempts):
-            try:
-                self._spawn_and_wait()
-                return self
-            except NodeStartError as exc:
-                port_taken = "address already in use" in self.log_tail(30).lower() or getattr(
-                    exc, "port_taken", False
-                )
-                if not (port_taken and attempt + 1 < attempts):
-                    raise
-                self.port = free_port(self.host)
-        raise AssertionError("unreachable")
-
-    def _spawn_and_wait(self) -> None:
+    def environment(self) -> dict[str, str]:
         env = os.environ.copy()
         env.update(
             PYTHONUNBUFFERED="1",
             PYTHONFAULTHANDLER="1",
             PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p),
         )
-        env.update(self.extra_env)
-        argv = self.argv()
-        with open(self.log_path, "ab") as log:
-            log.write(f"=== harness: starting {' '.join(argv)}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                argv,
-                cwd=self.dir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-            )
-        _live.add(self)
-        try:
-            self.wait_ready(self.start_timeout)
-        except BaseException:
-            self.kill()
-            raise
+        env.update(self.env)
+        return env
 
-    def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
-        """Poll a raw socket until this node answers PING (``-LOADING`` means
-        not yet); raise NodeStartError with the log tail if the process dies
-        or the deadline passes."""
-        deadline = time.monotonic() + timeout
-        last = "no answer"
-        while True:
-            if self.proc is None or self.proc.poll() is not None:
-                code = self.proc.returncode if self.proc else None
-                raise NodeStartError(
-                    f"node {self.addr} exited with code {code} during start-up\n"
-                    f"--- {self.log_path} (tail) ---\n{self.log_tail()}"
-                )
-            reply = self._probe()
-            if reply is not None:
-                last = repr(reply)
-                if reply.startswith(b"+PONG") or reply.startswith(b"-NOAUTH"):
-                    owner = _pid_listens_on(self.proc.pid, self.port) if self.check_owner else True
-                    if owner is not False:
-                        return
-                    last = f"{reply!r} from a process that is not ours"
-            if time.monotonic() >= deadline:
-                err = NodeStartError(
-                    f"node {self.addr} did not answer PING within {timeout}s (last: {last})\n"
-                    f"--- {self.log_path} (tail) ---\n{self.log_tail()}"
-                )
-                err.port_taken = "not ours" in last  # type: ignore[attr-defined]
-                raise err
-            time.sleep(0.02)
-
-    def _probe(self) -> bytes | None:
-        try:
-            with socket.create_connection((self.host, self.port), timeout=0.5) as s:
-                s.settimeout(1.0)
-                s.sendall(b"*1\r\n$4\r\nPING\r\n")
-                data = b""
-                while b"\r\n" not in data:
-                    chunk = s.recv(4096)
-                    if not chunk:
-                        break
-                    data += chunk
-                return data or None
-        except OSError:
-            return None
+    def __repr__(self) -> str:
+        state = "running" if self.is_alive() else f"exited {self.returncode}"
+        return f"<NodeProcess {self.addr} {state} dir={self.dir}>"
 
     def is_alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -533,43 +321,13 @@ class NodeProcess:
         self._clients.clear()
         self._raws.clear()
 
-    def kill(self) -> int | None:
-        """SIGKILL and reap. Returns the exit code (None if never started)."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGKILL)
-        code = self.proc.wait()
-        _live.discard(self)
-        return code
-
     def terminate(self, timeout: float = WAIT_TIMEOUT) -> int | None:
-        """SIGTERM and wait for a clean exit; raises TimeoutError (after
-        SIGKILLing it) if the node does not stop within ``timeout``."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-                # A node a test froze (SIGSTOP) handles SIGTERM once continued.
-                self.proc.send_signal(signal.SIGCONT)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-                raise TimeoutError(
-                    f"node {self.addr} ignored SIGTERM for {timeout}s\n{self.log_tail()}"
-                ) from None
-        _live.discard(self)
-        return self.proc.returncode
+        return super().terminate(timeout)
 
     def wait_exit(self, timeout: float = WAIT_TIMEOUT) -> int:
         """Wait for the process to exit on its own (e.g. after SHUTDOWN)."""
         assert self.proc is not None
-        code = self.proc.wait(timeout)
-        _live.discard(self)
-        return code
+        return self.proc.wait(timeout)
 
     def restart(self, kill: bool = False) -> "NodeProcess":
         """Stop (SIGTERM, or SIGKILL with ``kill=True``) and start again on the
@@ -644,16 +402,6 @@ class NodeProcess:
             )
         return res.stdout if binary else res.stdout.decode(errors="replace")
 
-    # -- logs
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log().splitlines()[-lines:])
-
     def __enter__(self) -> "NodeProcess":
         if not self.is_alive():
             self.start()
@@ -689,7 +437,7 @@ class NodeFactory:
         n = NodeProcess(
             d,
             port,
-            [*map(str, args), *_directive_args(directives)],
+            [*map(str, args), *directive_args((), directives)],
             cmd=cmd if cmd is not None else self.cmd,
             env=env,
         )

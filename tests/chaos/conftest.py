@@ -17,7 +17,8 @@ import pytest
 import requests
 
 from chaos.launcher import stop_process
-from tests.harness import REPO_ROOT, WAIT_TIMEOUT, _die_with_parent
+from disquette.testing import death_signal
+from tests.harness import REPO_ROOT, WAIT_TIMEOUT
 
 
 class ProxyProcess:
@@ -30,7 +31,7 @@ class ProxyProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "chaos.proxy", "--port", "0", "--seed", "7", *args],
                 stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                preexec_fn=death_signal())
         line = self._ready_line()
         # "chaos.proxy: API on http://127.0.0.1:PORT (Toxiproxy API X)"
         self.url = line.split()[3]

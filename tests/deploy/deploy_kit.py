@@ -105,19 +105,14 @@ class EntrypointNode(NodeProcess):
         self.user_env = dict(env or {})
 
     def argv(self) -> list[str]:
-        return [*self.cmd, *self.args]
+        return [*self.command, *self.args]
 
     def environment(self) -> dict[str, str]:
-        env = {**image_env(), "DISQUETTE_BIND": "127.0.0.1",
+        env = {**super().environment(), **image_env(), "DISQUETTE_BIND": "127.0.0.1",
                "DISQUETTE_PORT": str(self.port), "DISQUETTE_DIR": str(self.dir)}
         env.update(self.user_env)
         env["PATH"] = os.pathsep.join([str(VENV_BIN), os.environ.get("PATH", "")])
         return env
-
-    def _spawn_and_wait(self) -> None:
-        # The port may be picked again after a clash: build the env each time.
-        self.extra_env = self.environment()
-        super()._spawn_and_wait()
 
 
 def ctl(*args: str, port: int, env: Mapping[str, str] | None = None,

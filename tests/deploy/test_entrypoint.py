@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from tests.deploy.deploy_kit import ENTRYPOINT, VENV_BIN, EntrypointNode, ctl, run
-from tests.harness import RawConn, _pid_listens_on, cluster_info, free_port, join, wait_until
+from disquette.testing import pid_listens_on
+from tests.harness import RawConn, cluster_info, free_port, join, wait_until
 from tests.security.certs import CA
 from tests.security.security_kit import client_context, tls_call
 
@@ -46,7 +47,7 @@ def test_three_nodes_started_by_the_entrypoint_form_a_cluster(start):
     for n in nodes:
         # exec: the process the container runtime started is the server itself,
         # so SIGTERM reaches it.
-        assert _pid_listens_on(n.pid, n.port) is not False
+        assert pid_listens_on(n.pid, n.port) is not False
         assert config_get(n, "appendonly") == "yes"
         assert config_get(n, "dir") == str(n.dir)
         assert config_get(n, "cluster-announce-ip") == "127.0.0.1"

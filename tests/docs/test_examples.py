@@ -47,7 +47,8 @@ from typing import IO, Iterator
 
 import pytest
 
-from tests.harness import REPO_ROOT, NodeFactory, RawConn, _can_bind, free_port, join
+from disquette.testing import can_bind
+from tests.harness import REPO_ROOT, NodeFactory, RawConn, free_port, join
 
 pytestmark = pytest.mark.xdist_group("docs")
 
@@ -135,7 +136,7 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 # ---------------------------------------------------------------------------
 
 def _ports_free(port: int) -> bool:
-    return all(_can_bind(p) for p in (port, port + BUS_OFFSET, port + HTTP_OFFSET))
+    return all(can_bind(p) for p in (port, port + BUS_OFFSET, port + HTTP_OFFSET))
 
 
 def _pick_ports() -> tuple[int, ...]:
@@ -144,7 +145,7 @@ def _pick_ports() -> tuple[int, ...]:
     picked: list[int] = []
     while len(picked) < len(WRITTEN_PORTS):
         p = free_port()
-        if _can_bind(p + HTTP_OFFSET):
+        if can_bind(p + HTTP_OFFSET):
             picked.append(p)
     return tuple(picked)
 

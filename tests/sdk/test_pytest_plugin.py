@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import REPO_ROOT, _can_bind as can_bind
+from disquette.testing import can_bind
+from tests.harness import REPO_ROOT
 
 RUN_TIMEOUT = 300.0     # a guard against a hang: a few node starts on a loaded machine
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from disquette.testing import directive_args
 from tests.security.security_kit import PKI, TLSNode
 
 
@@ -19,10 +20,8 @@ def tls_node(node_factory, pki):
     """``tls_node(*args, cert=None, client_cert="default", **directives)`` starts
     a node with ``port 0`` and a tls-port (stopped with the node_factory's)."""
     def start(*args, cert=None, client_cert="default", start=True, **directives):
-        from tests.harness import _directive_args
-
         n = TLSNode(node_factory.base_dir / f"node{len(node_factory.nodes)}", pki,
-                    [*map(str, args), *_directive_args(directives)], cert=cert,
+                    [*map(str, args), *directive_args((), directives)], cert=cert,
                     client_cert=client_cert)
         node_factory.nodes.append(n)
         return n.start() if start else n

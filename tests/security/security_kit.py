@@ -86,13 +86,13 @@ class TLSNode(NodeProcess):
         self.client_cert = pki.client if client_cert == "default" else client_cert
 
     def argv(self) -> list[str]:
-        return [*self.cmd, "--port", "0", "--tls-port", str(self.port), "--dir", str(self.dir),
+        return [*self.command, "--port", "0", "--tls-port", str(self.port), "--dir", str(self.dir),
                 *self.pki.node_args(self.cert), *self.args]
 
     def context(self) -> ssl.SSLContext:
         return client_context(self.pki, self.client_cert)
 
-    def _probe(self) -> bytes | None:
+    def ping(self) -> bytes | None:
         try:
             return tls_call(self.port, self.context(), "PING", timeout=1.0)
         except (OSError, ConnectionError):
