@@ -135,7 +135,7 @@ def check_aof(path: Path, *flags: str) -> subprocess.CompletedProcess:
 # -- starting a node after damage ----------------------------------------------------
 def _loaded(node: Node) -> bool:
     """The node finished loading its AOF (or exited: a refusal)."""
-    if not node.alive():
+    if not node.is_running():
         return True
     with node.admin(1) as r:
         info = r.info("persistence")
@@ -143,12 +143,12 @@ def _loaded(node: Node) -> bool:
 
 
 def _log_size(node: Node) -> int:
-    log = node.dir / "stdout.log"
+    log = node.log_path
     return log.stat().st_size if log.exists() else 0
 
 
 def _log_since(node: Node, seen: int) -> str:
-    with open(node.dir / "stdout.log", "rb") as f:
+    with open(node.log_path, "rb") as f:
         f.seek(seen)
         return f.read().decode(errors="replace")
 
@@ -160,7 +160,7 @@ def _spawn(node: Node, args: list[str] = ()) -> int:
     base = node.args
     node.args = [*base, *args]
     try:
-        node.spawn()
+        node.launch()
     finally:
         node.args = base
     return seen
@@ -170,9 +170,10 @@ def _outcome(node: Node, seen: int, timeout: float = 60.0) -> str | None:
     """Once the node loaded its AOF or exited: None if it runs, else the log
     line saying why it refused."""
     wait_for(lambda: _loaded(node), timeout, f"{node.name} to load its AOF")
-    if node.alive():
+    if node.is_running():
         return None
-    lines = _log_since(node, seen).splitlines()
+    lines = [line for line in _log_since(node, seen).splitlines()
+             if not line.startswith("=== ")]        # the launcher's own line
     said = [line for line in lines if "append only file" in line and "offset" in line]
     return (said or lines or [f"exited with {node.proc.returncode}"])[0]
 
@@ -289,7 +290,7 @@ def disk_full(faults: Any, node: Node, policy: str) -> int:
     history = faults.history
     if policy == "always":
         try:
-            wait_for(lambda: not node.alive(), 15, f"{node.name} to exit on a failed write")
+            wait_for(lambda: not node.is_running(), 15, f"{node.name} to exit on a failed write")
         except TimeoutError:
             history.event("disk", node=node.name, what="still running")
             return fault
@@ -306,7 +307,7 @@ def disk_full(faults: Any, node: Node, policy: str) -> int:
 
 
 def _space_back(faults: Any, node: Node, pid: int, hard: int) -> None:
-    if node.alive() and node.proc.pid == pid:
+    if node.is_running() and node.proc.pid == pid:
         resource.prlimit(pid, resource.RLIMIT_FSIZE, (hard, hard))
         wait_for(lambda: _misconf(node) is None, 15, f"{node.name} to write its AOF again")
         faults.history.event("disk", node=node.name, what="writable")
@@ -330,7 +331,7 @@ def power_loss(faults: Any, rng: random.Random, policy: str) -> int:
     window = POWER_LOSS_WINDOW[policy]
     fault = faults._start("power-loss", lambda: _power_on(faults), policy=policy,
                           tolerates_s=window)
-    nodes = [n for n in faults.cluster.nodes if n.alive()]
+    nodes = [n for n in faults.cluster.nodes if n.is_running()]
     for node in nodes:
         node.proc.send_signal(signal.SIGKILL)   # all first: at once
     for node in nodes:
@@ -352,7 +353,7 @@ def backlog(faults: Any) -> int:
     """Deliveries paused on every node (``PAUSE queue out bcast``): the jobs
     acknowledged meanwhile wait in their queues, so a power loss has
     undelivered work to lose (consumers keep up otherwise)."""
-    node = next(n for n in faults.cluster.nodes if n.alive())
+    node = next(n for n in faults.cluster.nodes if n.is_running())
     with node.admin() as r:
         for queue in QUEUES:
             r.execute_command("PAUSE", queue, "out", "bcast")
@@ -366,7 +367,7 @@ def backlog(faults: Any) -> int:
 
 
 def _power_on(faults: Any) -> None:
-    boot(faults, [n for n in faults.cluster.nodes if not n.alive()])
+    boot(faults, [n for n in faults.cluster.nodes if not n.is_running()])
     faults.cluster.wait_formed(60)
 
 

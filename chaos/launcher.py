@@ -13,12 +13,11 @@ answers PING, the cluster is formed when every node's HELLO lists every node.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,43 +29,13 @@ import redis
 
 from chaos.clock import FakeClock
 from chaos.toxiproxy_client import ChaosProxy, ChaosToxiproxy
+from disquette.testing import ServerProcess, free_port
 
 HOST = "127.0.0.1"
 # server/aof.py's test hook (SyncedSizeNote; named again here: the chaos suite
 # imports no node code): the AOF's size at its last fsync, kept beside it.
 SYNCED_SIZE_ENV = "DISQUETTE_TEST_SYNCED_SIZE"
 SYNCED_SUFFIX = ".synced"
-BUS_OFFSET = 10000
-_handed_out: set[int] = set()
-
-
-# Client ports from 10000 to 21999, so bus ports (+10000) stay under 32768:
-# outside Linux's ephemeral range, where the many connections of a run (and of
-# other processes) take their local ports and could take a node's port first.
-PORT_RANGE = (10000, 22000)
-_ports = random.Random()
-
-
-def free_port(host: str = HOST) -> int:
-    """A port free now whose bus port (+10000) is free too, outside the
-    ephemeral range, never handed out twice by this process."""
-    for _ in range(1000):
-        port = _ports.randrange(*PORT_RANGE)
-        if port in _handed_out:
-            continue
-        if all(_can_bind(host, p) for p in (port, port + BUS_OFFSET)):
-            _handed_out.add(port)
-            return port
-    raise RuntimeError("no free port pair found")
-
-
-def _can_bind(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> int | None:
@@ -106,83 +75,47 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
         time.sleep(interval)
 
 
-class Node:
-    """One ``python -m broker`` process, restartable on the same port and dir."""
+class Node(ServerProcess):
+    """One ``python -m broker`` process (disquette.testing's), restartable on
+    the same port and dir, with a name and SIGSTOP/SIGCONT (``pause``)."""
 
     def __init__(self, name: str, port: int, workdir: Path, args: list[str]) -> None:
-        self.name, self.port, self.dir, self.args = name, port, workdir, args
+        super().__init__([sys.executable, "-m", "broker"], args=args, port=port, dir=workdir)
+        self.name = name
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.paused = False
-        self.env: dict[str, str] = {}       # added to the process's environment
-
-    @property
-    def addr(self) -> str:
-        return f"{HOST}:{self.port}"
-
-    @property
-    def bus_port(self) -> int:
-        return self.port + BUS_OFFSET
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def start(self, timeout: float = 20.0) -> None:
-        self.spawn()
-        wait_for(self._answers, timeout, f"{self.name} ({self.addr}) to answer PING")
-
-    def spawn(self) -> None:
-        """Start the process, without waiting for it to answer."""
-        argv = [sys.executable, "-m", "broker", "--port", str(self.port),
-                "--dir", str(self.dir), *self.args]
-        with open(self.dir / "stdout.log", "ab") as log:
-            self.proc = subprocess.Popen(argv, cwd=self.dir, env={**child_env(), **self.env},
-                                         stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT)
         self.paused = False
 
-    def _answers(self) -> bool:
-        if not self.alive():
-            raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: "
-                               + self.log_tail())
-        with redis.Redis(HOST, self.port, socket_timeout=1, socket_connect_timeout=1) as r:
-            return r.ping()
+    def environment(self) -> dict[str, str]:
+        return {**child_env(), **self.env}
+
+    def launch(self) -> None:
+        super().launch()
+        self.paused = False
 
     def admin(self, timeout: float = 5.0) -> redis.Redis:
         return redis.Redis(HOST, self.port, socket_timeout=timeout, socket_connect_timeout=timeout,
                            decode_responses=True)
 
-    def kill(self) -> None:
+    def kill(self) -> int | None:
         """kill -9, as a crash."""
-        if self.proc is not None and self.proc.poll() is None:
-            if self.paused:
-                self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-            self.proc.wait()
+        self.resume()
         self.paused = False
+        return super().kill()
 
     def pause(self) -> None:
-        if self.alive():
+        if self.proc is not None and self.is_running():
             self.proc.send_signal(signal.SIGSTOP)
             self.paused = True
 
     def resume(self) -> None:
-        if self.alive() and self.paused:
+        if self.proc is not None and self.is_running() and self.paused:
             self.proc.send_signal(signal.SIGCONT)
         self.paused = False
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
         self.resume()
-        stop_process(self.proc)
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            text = (self.dir / "stdout.log").read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        with contextlib.suppress(TimeoutError):      # killed, then
+            self.terminate()
 
 
 class ProxyServer:

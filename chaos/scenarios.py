@@ -65,7 +65,7 @@ class Faults:
             self.stop(fault)
         self.cluster.api.reset()              # every proxy enabled, every toxic gone
         for node in self.cluster.nodes:
-            if not node.alive():
+            if not node.is_running():
                 node.start()
             node.resume()
         self.history.healed()
