@@ -262,6 +262,8 @@ class Loader:
         if len(bodies) != n or len(state) != n or len(etime) != n or len(ctime) != n:
             raise ValueError("column length mismatch")
         repl = _column(cols[5], n)
+        if cols[5] != 0 and n and not 0 <= min(repl) <= max(repl) <= 65535:
+            raise ValueError("REPLICATE out of range")     # a narrow C int of the Job
         delay = _column(cols[8], n)
         retry = _column(cols[9], n)
         requeue_time = _column(cols[12], n)

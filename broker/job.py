@@ -13,7 +13,7 @@ from typing import Final, Iterable
 
 from binascii import b2a_base64
 
-from mypy_extensions import i32, mypyc_attr
+from mypy_extensions import i16, i32, mypyc_attr, u8
 
 from broker.timers import Chunk
 
@@ -218,11 +218,12 @@ def with_holder(holders: Holders | None, node_id: str) -> Holders:
 
 
 # A node may hold millions of jobs, so their layout is about bytes. Compiled
-# (mypyc), a Job is a native object of 128 bytes: acyclic, so without the GC's
+# (mypyc), a Job is a native object of 112 bytes: acyclic, so without the GC's
 # header and never walked by the collector (its one cycle, job <-> timer chunk,
-# is broken when the slot is cleared: broker/timers.py); state and timer slot as
-# 32-bit C ints side by side; and the fields most jobs never set in one
-# JobExtra, made on the first write of a value other than its default.
+# is broken when the slot is cleared: broker/timers.py); state, timer slot,
+# flags and REPLICATE as narrow C ints in one word; and the fields most jobs
+# never set in one JobExtra, made on the first write of a value other than its
+# default.
 @mypyc_attr(acyclic=True)
 class JobExtra:
     """A job's rarely set fields (read and written through Job's properties)."""
@@ -254,11 +255,14 @@ class Job:
         self.id = jid
         self.queue = queue
         self.body = body
-        self.state: i32 = state
+        # Four small ints in one 8-byte word of the compiled Job (in this order):
+        # a state, a slot of a 256-entry chunk, the flags' byte (i16: ~FLAG
+        # masks are negative), and REPLICATE (at most 65535).
+        self.state: u8 = state
         # The timer-wheel chunk holding it and its index there (broker/timers.py).
-        self.timer_slot: i32 = 0
-        self.flags = 0
-        self.repl = repl
+        self.timer_slot: u8 = 0
+        self.flags: i16 = 0
+        self.repl: i32 = repl
         self.etime = etime          # absolute expire time, ms
         self.ctime = ctime          # ordering key: ms * 1e6 + per-ms counter
         self.retry = retry          # seconds; 0 = at most once

@@ -393,7 +393,8 @@ def _job_fields(f: Any) -> bool:
             return False
     if type(fields[13]) is not int:
         return False
-    if not 0 <= fields[3] < 256:    # a state: a 32-bit field of the compiled Job
+    # State, flags and REPLICATE: narrow C ints of the compiled Job (broker/job.py).
+    if not (0 <= fields[3] < 256 and 0 <= fields[4] < 256 and 0 <= fields[5] <= 65535):
         return False
     return _node_ids(fields[12])
 

@@ -760,3 +760,17 @@ def test_a_version_1_file_loads_and_gets_the_version_2_header(tmp_path, monkeypa
     assert data[:fmt.FILE_HEADER_SIZE] == fmt.file_header()
     assert data[fmt.FILE_HEADER_SIZE:] == fmt.encode_jobs(jobs)
     aof.shutdown("default")
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_a_replicate_beyond_65535_is_corruption(n):
+    """A job's REPLICATE is a narrow C int of the compiled Job: a record with
+    more (no node writes one) is refused where it is read, on both builds."""
+    jobs = pinned_jobs(n)
+    jobs[-1].repl = 65536
+    data = fmt.file_header() + fmt.encode_jobs(jobs)
+    with pytest.raises(fmt.CorruptAOF, match="REPLICATE out of range"):
+        load(data)
+    jobs[-1].repl = 65535
+    node, torn, _ = load(fmt.file_header() + fmt.encode_jobs(jobs))
+    assert torn is None and node.job_count == n

@@ -72,6 +72,9 @@ def test_batch_round_trip_and_unbatch():
 
 @pytest.mark.parametrize("mtype, payload", [
     (bus.REPLJOB, [JID, b"q"]), (bus.REPLJOB, JOB[:12] + [["not-a-node-id"], 0]),
+    # State, flags and REPLICATE beyond the compiled Job's narrow C fields.
+    (bus.REPLJOB, JOB[:3] + [256] + JOB[4:]), (bus.REPLJOB, JOB[:4] + [256] + JOB[5:]),
+    (bus.REPLJOB, JOB[:5] + [65536] + JOB[6:]), (bus.REPLJOB, JOB[:5] + [-1] + JOB[6:]),
     (bus.GOTJOB, b"short"), (bus.GOTJOB, "D-" + "0" * 38), (bus.DELJOB, None),
     (bus.QUEUED, [JID, 1]), (bus.SETACK, [JID, "1"]), (bus.GOTACK, JID),
     (bus.NEEDJOBS, ["q", 1]), (bus.YOURJOBS, [JOB, 5]), (bus.PAUSE, [b"q"]),
