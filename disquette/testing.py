@@ -215,7 +215,7 @@ class ServerProcess:
     def environment(self) -> dict[str, str]:
         """The process's environment (asked at each launch: the port may
         have changed)."""
-        return dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
+        return {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
 
     def is_running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -279,7 +279,21 @@ class ServerProcess:
             return False            # not yet listening, or -LOADING
         # Another process on our port answers too: only our listener is ours
         # (it then fails to bind, exits, and starts again on another port).
-        return pid_listens_on(self.proc.pid, self.port) is not False
+        owner = pid_listens_on(self.proc.pid, self.port)
+        if owner is None and reply.startswith(b"+PONG"):     # no /proc: ask for its dir
+            owner = self._serves_our_dir()
+        return owner is not False
+
+    def _serves_our_dir(self) -> bool | None:
+        try:
+            with redis.Redis(self.host, self.port, protocol=2, socket_timeout=5,
+                             socket_connect_timeout=1, single_connection_client=True) as r:
+                reply = r.execute_command("CONFIG", "GET", "dir")
+        except (redis.RedisError, OSError):
+            return None         # no CONFIG GET (or not over plain TCP): PING must do
+        if not reply:
+            return None
+        return reply[1].decode(errors="replace") == str(self.dir)
 
     def ping(self) -> bytes | None:
         """The first line of the reply to a PING sent on a new connection,

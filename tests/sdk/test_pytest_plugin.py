@@ -285,3 +285,16 @@ def test_no_fixture_of_the_plugin_clashes_with_the_projects() -> None:
     assert {"disquette_node", "disquette_cluster", "disquette_factory"} <= plugin
     ours = set().union(*(fixtures(p) for p in (REPO_ROOT / "tests").rglob("*.py")))
     assert not plugin & ours
+
+
+def test_a_node_is_known_as_itself_without_proc(monkeypatch, tmp_path: Path) -> None:
+    """Where /proc cannot tell whose listener answers, a node is ours when its
+    CONFIG GET dir is its own dir; a server on that port with another dir is not."""
+    from disquette import testing
+
+    monkeypatch.setattr(testing, "pid_listens_on", lambda pid, port: None)
+    with testing.DisquetteNode(dir=tmp_path / "a", start_timeout=30) as node:
+        assert node.client.ping()
+        assert node._serves_our_dir() is True
+        other = testing.DisquetteNode(port=node.port, dir=tmp_path / "b")
+        assert other._serves_our_dir() is False
