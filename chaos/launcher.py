@@ -13,7 +13,6 @@ answers PING, the cluster is formed when every node's HELLO lists every node.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -99,7 +98,6 @@ class Node(ServerProcess):
     def kill(self) -> int | None:
         """kill -9, as a crash."""
         self.resume()
-        self.paused = False
         return super().kill()
 
     def pause(self) -> None:
@@ -112,10 +110,9 @@ class Node(ServerProcess):
             self.proc.send_signal(signal.SIGCONT)
         self.paused = False
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> int | None:
         self.resume()
-        with contextlib.suppress(TimeoutError):      # killed, then
-            self.terminate()
+        return super().stop(timeout)
 
 
 class ProxyServer:

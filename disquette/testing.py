@@ -342,6 +342,13 @@ class ServerProcess:
         _live.discard(self)
         return self.proc.returncode
 
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM, and SIGKILL after ``timeout`` seconds; the exit code
+        (None if it never ran).  Never raises TimeoutError: it runs at teardown."""
+        with contextlib.suppress(TimeoutError):     # killed, then
+            self.terminate(timeout)
+        return self.returncode
+
     # -- its log
     def log(self) -> str:
         try:
@@ -361,7 +368,7 @@ class DisquetteNode(ServerProcess, _Clients):
     ``dir=None`` makes a temporary data dir, removed by :meth:`close`.
     ``start()``, ``stop()`` (SIGTERM) and ``kill()`` (SIGKILL, as a crash) may
     be called again and again: a node starts again on the same port and dir,
-    with what it persisted.
+    with what it persisted (its clients stay, and reconnect after a start).
     """
 
     def __init__(self, command: Sequence[str] | str | None = None, *,
@@ -389,13 +396,6 @@ class DisquetteNode(ServerProcess, _Clients):
         admin commands; close it (``with node.admin() as r:``)."""
         return redis.Redis(self.host, self.port, protocol=2, socket_timeout=10,
                            socket_connect_timeout=5, single_connection_client=True)
-
-    def stop(self, timeout: float = 10.0) -> int | None:
-        """SIGTERM, and SIGKILL after ``timeout`` seconds; the exit code
-        (None if it never ran).  Clients stay: they reconnect after a start."""
-        with contextlib.suppress(TimeoutError):     # killed, then
-            self.terminate(timeout)
-        return self.returncode
 
     def restart(self) -> "DisquetteNode":
         """SIGTERM, then start again on the same port and dir."""

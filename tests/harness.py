@@ -340,14 +340,10 @@ class NodeProcess(ServerProcess):
         self._auto_port = False  # keep the address peers know
         return self.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Teardown: close clients, SIGTERM, SIGKILL if needed. Never raises."""
+    def stop(self, timeout: float = 5.0) -> int | None:
+        """Teardown: close clients, SIGTERM, SIGKILL if needed."""
         self._close_clients()
-        try:
-            self.terminate(timeout)
-        except Exception:
-            with contextlib.suppress(Exception):
-                self.kill()
+        return super().stop(timeout)
 
     # -- clients
     def client(self, protocol: int = 3, **kwargs: Any) -> redis.Redis:
