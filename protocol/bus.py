@@ -32,6 +32,7 @@ from typing import Any, Callable, Final, Iterator, NamedTuple
 
 import msgpack
 
+from protocol import job_record as field
 from protocol.build import EXTENSIONS
 
 if EXTENSIONS:
@@ -374,34 +375,37 @@ def _node_ids(x: Any) -> bool:
 
 
 def _job_fields(f: Any) -> bool:
-    """broker/job.py's job_to_fields: id, queue, body, state, flags, repl, etime,
-    ctime, delay, retry, nacks, additional-deliveries, nodes-delivered, requeue time,
-    and (ext) the IDEMPOTENCY key when the job has one, then (ext) the sender's
-    clock, an int (cluster/replication.py wire_fields)."""
+    """A job's record (protocol/job_record.py), and (ext) the sender's clock
+    after it, an int (cluster/replication.py wire_fields)."""
     if type(f) is not list:
         return False
     n = len(f)
-    if n in (15, 16) and type(f[n - 1]) is int:
+    if (n == field.FIELDS + 1 or n == field.KEYED_FIELDS + 1) and type(f[n - 1]) is int:
         n -= 1
-    if not ((n == 14 or (n == 15 and _idem_key(f[14])))
-            and _job_id(f[0]) and type(f[1]) is bytes and type(f[2]) is bytes):
+    if not ((n == field.FIELDS
+             or (n == field.KEYED_FIELDS and _idem_key(f[field.IDEMPOTENCY_KEY])))
+            and _job_id(f[field.ID]) and type(f[field.QUEUE]) is bytes
+            and type(f[field.BODY]) is bytes):
         return False
     fields: list = f
-    # Fields 3 to 11 and 13 are ints (a range of C ints: no tuple of boxed indexes).
-    for i in range(3, 12):
+    # The fields from the state to the additional deliveries, and the requeue
+    # time, are ints (a range of C ints: no tuple of boxed indexes).
+    for i in range(field.STATE, field.NODES_DELIVERED):
         if type(fields[i]) is not int:
             return False
-    if type(fields[13]) is not int:
+    if type(fields[field.REQUEUE_TIME]) is not int:
         return False
     # State, flags and REPLICATE: narrow C ints of the compiled Job (broker/job.py).
-    if not (0 <= fields[3] < 256 and 0 <= fields[4] < 256 and 0 <= fields[5] <= 65535):
+    if not (0 <= fields[field.STATE] <= field.STATE_MAX
+            and 0 <= fields[field.FLAGS] <= field.FLAGS_MAX
+            and 0 <= fields[field.REPLICATE] <= field.REPLICATE_MAX):
         return False
-    return _node_ids(fields[12])
+    return _node_ids(fields[field.NODES_DELIVERED])
 
 
 def _idem_key(x: Any) -> bool:
-    """(ext) An ADDJOB IDEMPOTENCY key: 1 to 256 bytes (broker/idempotency.py)."""
-    return type(x) is bytes and 0 < len(x) <= 256
+    """(ext) An ADDJOB IDEMPOTENCY key (broker/idempotency.py)."""
+    return type(x) is bytes and 0 < len(x) <= field.KEY_MAX_BYTES
 
 
 def _id_and_int(p: Any) -> bool:
