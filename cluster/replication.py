@@ -27,6 +27,7 @@ from broker.node import BLOCKED
 from broker.queue import PAUSED_IN
 from cluster import requeue
 from protocol import bus as B
+from protocol import job_record as field
 from protocol.resp import Error, Status
 
 if TYPE_CHECKING:       # annotations only: cluster/cluster.py imports this module
@@ -341,7 +342,7 @@ def wire_fields(job: Job, now: int) -> list:
 
 def _has_sender_clock(fields: list) -> bool:
     n = len(fields)
-    return n in (15, 16) and type(fields[n - 1]) is int
+    return (n == field.FIELDS + 1 or n == field.KEYED_FIELDS + 1) and type(fields[n - 1]) is int
 
 
 def sender_skew(fields: list, now: int) -> int:
@@ -366,7 +367,7 @@ def _moved_by(fields: list, skew: int) -> list:
     """local_fields, given the skew sender_skew found for these fields."""
     if _has_sender_clock(fields):
         local = fields[:len(fields) - 1]
-        etime: int = fields[6]
-        local[6] = etime + skew
+        etime: int = fields[field.ETIME]
+        local[field.ETIME] = etime + skew
         return local
     return fields
