@@ -67,10 +67,6 @@ def random_node_id(rng) -> str:
     return "%040x" % rng.getrandbits(160)
 
 
-_ID_PREFIX: dict[str, bytes] = {}   # node id -> b"D-<8 hex>-" (a handful per process)
-_ID_SUFFIX: dict[int, bytes] = {}   # TTL minutes -> b"-<4 hex>" (a few distinct TTLs)
-
-
 def make_job_id(node_id: str, rnd144: int, ttl: int, retry: int) -> bytes:
     """D-<8 hex of node id>-<24 base64 chars of 144 random bits>-<4 hex TTL minutes>.
 
@@ -130,15 +126,13 @@ class JobIds:
 
 
 def id_prefix(node_id: str) -> bytes:
-    """b"D-<8 hex of node id>-" (see make_job_id)."""
-    prefix = _ID_PREFIX.get(node_id)
-    if prefix is None:
-        prefix = _ID_PREFIX[node_id] = b"D-" + node_id[:8].encode() + b"-"
-    return prefix
+    """b"D-<8 hex of node id>-" (see make_job_id; JobIds keeps its node's)."""
+    return b"D-" + node_id[:8].encode() + b"-"
 
 
 def id_suffix(ttl: int, retry: int) -> bytes:
-    """b"-<4 hex TTL minutes>", the last bit telling RETRY > 0 (see make_job_id)."""
+    """b"-<4 hex TTL minutes>", the last bit telling RETRY > 0 (see make_job_id;
+    JobIds keeps the last one it made)."""
     ttl_min = ttl // 60
     if ttl_min > 0xFFFF:
         ttl_min = 0xFFFF
@@ -146,12 +140,7 @@ def id_suffix(ttl: int, retry: int) -> bytes:
         ttl_min |= 1
     else:
         ttl_min &= 0xFFFE
-    suffix = _ID_SUFFIX.get(ttl_min)
-    if suffix is None:
-        if len(_ID_SUFFIX) >= 1024:     # TTLs are client-chosen: keep the memo small
-            _ID_SUFFIX.clear()
-        suffix = _ID_SUFFIX[ttl_min] = b"-%04x" % ttl_min
-    return suffix
+    return b"-%04x" % ttl_min
 
 
 # Job ids are spread over 4096 dicts by two chars of their random part, so JSCAN
