@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """Jobs: the unit of work, their ids and their states (SPEC sections 2 and 3).
 
 Ids, queue names and bodies are kept as ``bytes`` from the wire to the reply:

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """What the cluster layer hands its shells, and the one thing they hand back.
 
 The membership (cluster/membership.py) and the job layer (cluster/cluster.py)

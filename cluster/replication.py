@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """Synchronous replication of new jobs: REPLJOB / GOTJOB / ENQUEUE (SPEC section 8).
 
 ADDJOB with REPLICATE n > 1 sends REPLJOB (the job plus the nodes that may hold it)

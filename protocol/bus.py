@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """Cluster bus wire format (no I/O).
 
 SPEC.md §8: "Full mesh over the bus. ... PING/PONG carry the sender's view and a few

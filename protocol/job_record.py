@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """A job's record: the fields that rebuild a job, each at one position, and the
 bounds of its narrow integers. Every copy of a job lists them in this order:
 REPLJOB and YOURJOBS on the bus (broker/job.py job_to_fields, checked by

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """The cluster bus: asyncio shell that carries bus frames between nodes.
 
 SPEC.md §8: "Full mesh over the bus." This module only moves bytes; what to send and

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """The output driver: the one place that carries a node's outputs out, in the
 order persistence needs. Used by the process (server/process.py, with its RESP
 shell and the cluster bus), by in-process nodes (server/inprocess.py: fast tests,

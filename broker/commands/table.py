@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """The command table: ``@command`` registers a handler in ``COMMANDS`` when its
 family module is imported; ``renamed`` applies ``rename-command`` to a copy.
 
