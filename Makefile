@@ -70,7 +70,8 @@ venv: $(VENV)/.installed
 # source (pyspark_disquette.py) by listing them.
 # setup.py compiles the extensions in place (Cython: the .pyx; mypyc: the
 # modules whose first line is "# compiled: mypyc...", typed against the modules
-# they import): a changed one rebuilds them.
+# they import): a changed one rebuilds them. (A module unmarked keeps its
+# built .so, which still shadows it: `make clean venv`.)
 EXT_SOURCES := setup.py $(wildcard protocol/*.pyx protocol/*.pxd) $(shell awk \
   'FNR == 1 { if (index($$0, "# compiled: mypyc") == 1) print FILENAME; nextfile }' \
   $(wildcard protocol/*.py broker/*.py broker/commands/*.py cluster/*.py server/*.py server/http/*.py))
