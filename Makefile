@@ -68,10 +68,13 @@ venv: $(VENV)/.installed
 # editable_mode=compat puts the checkout itself on sys.path (a .pth file), so
 # top-level modules are visible to pkgutil: PySpark finds the `disquette` data
 # source (pyspark_disquette.py) by listing them.
-# setup.py compiles the extensions in place (Cython: the request reader; mypyc:
-# the core modules it lists, typed against the modules they import): a changed
-# source rebuilds them.
-EXT_SOURCES := setup.py $(wildcard protocol/*.pyx protocol/*.pxd protocol/*.py broker/*.pyx broker/*.py broker/commands/*.py cluster/*.py server/driver.py server/resp.py)
+# setup.py compiles the extensions in place (Cython: the .pyx; mypyc: the
+# modules whose first line is "# compiled: mypyc...", typed against the modules
+# they import): a changed one rebuilds them. (A module unmarked keeps its
+# built .so, which still shadows it: `make clean venv`.)
+EXT_SOURCES := setup.py $(wildcard protocol/*.pyx protocol/*.pxd) $(shell awk \
+  'FNR == 1 { if (index($$0, "# compiled: mypyc") == 1) print FILENAME; nextfile }' \
+  $(wildcard protocol/*.py broker/*.py broker/commands/*.py cluster/*.py server/*.py server/http/*.py))
 
 $(VENV)/.installed: pyproject.toml $(EXT_SOURCES) | deps-build
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """Idempotent adds **(ext)**: `ADDJOB queue body ms-timeout IDEMPOTENCY key ...`
 (SPEC section 10).
 

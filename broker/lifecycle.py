@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """A job's life on this node: every state change, with its timers, the registry's
 accounting and the AOF records it leaves (SPEC sections 3, 5, 7).
 

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """The Node: one Disquette node's jobs, queues and clients, sans-IO.
 
 Inputs: ``handle_command(client, argv)``, ``tick()`` (and, with the cluster, bus

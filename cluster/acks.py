@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """Acknowledgement garbage collection: SETACK / GOTACK / DELJOB, dummy acks and
 FASTACK (SPEC section 8).
 

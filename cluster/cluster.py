@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """The cluster layer of one node: glue between the Node (jobs, queues), the
 Membership (node table, failure detection) and the job state machines
 (replication, requeue, acks, federation), sans-IO.

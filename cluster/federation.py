@@ -15,6 +15,7 @@ from broker import lifecycle
 from broker.queue import PAUSED_OUT
 from cluster import replication
 from protocol import bus as B
+from protocol import job_record as field
 
 ADHOC_MIN_MS, ADHOC_MAX_MS = 25, 2000
 BCAST_MIN_MS, BCAST_MAX_MS = 2000, 30_000
@@ -89,7 +90,7 @@ def _take_jobs(cluster, q, count: int, receiver: str, now: int) -> list:
         q.jobs_out += 1
         fields = replication.wire_fields(job, now)
         lifecycle.take_for_peer(broker, job, receiver, now)
-        fields[12] = job.nodes_delivered if job.retry else None
+        fields[field.NODES_DELIVERED] = job.nodes_delivered if job.retry else None
         out.append(fields)
     q.atime = now
     return out
@@ -132,13 +133,13 @@ def on_yourjobs(cluster, sender: str, jobs, now: int) -> None:
     q = None
     cluster.importing = True    # imported jobs are not pushed on to other askers
     for fields in jobs:
-        if cluster.is_tombstoned(fields[0]) and broker.get_job(fields[0]) is None:
-            if fields[0] in cluster.acked_tombstones:
+        if cluster.is_tombstoned(fields[field.ID]) and broker.get_job(fields[field.ID]) is None:
+            if fields[field.ID] in cluster.acked_tombstones:
                 # A copy that missed the ack (a node that was down, an AOF that
                 # lost its ack record): acked here, so acked there too; dropped
                 # silently, its holder would queue it every RETRY until the
                 # tombstone expires, then deliver an acked job again.
-                cluster.send(sender, B.SETACK, [fields[0], 0])
+                cluster.send(sender, B.SETACK, [fields[field.ID], 0])
             continue
         job = lifecycle.adopt_moved(broker, replication.local_fields(fields, now), sender, now)
         if job is None:

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """Cluster membership and failure detection (sans-IO), after Disque's cluster.c.
 
 SPEC.md §8: "Full mesh over the bus. ``CLUSTER MEET`` on either side joins; gossip

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """Synchronous replication of new jobs: REPLJOB / GOTJOB / ENQUEUE (SPEC section 8).
 
 ADDJOB with REPLICATE n > 1 sends REPLJOB (the job plus the nodes that may hold it)
@@ -27,6 +28,7 @@ from broker.node import BLOCKED
 from broker.queue import PAUSED_IN
 from cluster import requeue
 from protocol import bus as B
+from protocol import job_record as field
 from protocol.resp import Error, Status
 
 if TYPE_CHECKING:       # annotations only: cluster/cluster.py imports this module
@@ -341,7 +343,7 @@ def wire_fields(job: Job, now: int) -> list:
 
 def _has_sender_clock(fields: list) -> bool:
     n = len(fields)
-    return n in (15, 16) and type(fields[n - 1]) is int
+    return (n == field.FIELDS + 1 or n == field.KEYED_FIELDS + 1) and type(fields[n - 1]) is int
 
 
 def sender_skew(fields: list, now: int) -> int:
@@ -366,7 +368,7 @@ def _moved_by(fields: list, skew: int) -> list:
     """local_fields, given the skew sender_skew found for these fields."""
     if _has_sender_clock(fields):
         local = fields[:len(fields) - 1]
-        etime: int = fields[6]
-        local[6] = etime + skew
+        etime: int = fields[field.ETIME]
+        local[field.ETIME] = etime + skew
         return local
     return fields

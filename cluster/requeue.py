@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """Requeue across holders: WILLQUEUE / QUEUED / WORKING (SPEC section 8).
 
 500 ms before re-queueing a job, a holder sends WILLQUEUE to the other holders:

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """The output driver: the one place that carries a node's outputs out, in the
 order persistence needs. Used by the process (server/process.py, with its RESP
 shell and the cluster bus), by in-process nodes (server/inprocess.py: fast tests,
@@ -36,7 +37,7 @@ from broker.node import Node
 from cluster.cluster import Cluster
 from cluster.membership import DropLink, NodeEvent, SaveConfig, Send
 from protocol.bus import (
-    BATCH, DEFAULT_MAX_FRAME_SIZE, BusMessage, BusProtocolError, encode_frame, unbatch,
+    BATCH, DEFAULT_MAX_FRAME_SIZE, BusCodec, BusMessage, BusProtocolError, unbatch,
 )
 
 log = logging.getLogger("server.driver")
@@ -59,6 +60,7 @@ class OutputDriver:
         self.cluster = cluster
         self.bus = bus
         self.encode = encode
+        self.codec = BusCodec()         # what it encodes (its headers packed once)
         self.aof: Any = None
         self.wake = wake
         self.arm_timer = arm_timer
@@ -199,7 +201,7 @@ class OutputDriver:
                 frame = frames.get(id(out.msg))
                 if frame is None:
                     try:
-                        frame = frames[id(out.msg)] = encode_frame(out.msg, limit)
+                        frame = frames[id(out.msg)] = self.codec.encode_frame(out.msg, limit)
                     except BusProtocolError as e:
                         if out.msg.type == BATCH:
                             # Too big for one frame: one frame per message.

@@ -17,10 +17,10 @@ def _cluster(node):
     return node.cluster
 
 
-@command("cluster", -2, F_ADMIN)
+@command("cluster", -2, F_ADMIN,
+         doc=("CLUSTER MEET ip port [bus-port] | NODES | MYID | INFO | FORGET id |\n"
+              "RESET [SOFT|HARD] | LEAVING [yes|no] | SAVECONFIG"))
 def cluster_cmd(node, client, argv):
-    """CLUSTER MEET ip port [bus-port] | NODES | MYID | INFO | FORGET id |
-    RESET [SOFT|HARD] | LEAVING [yes|no] | SAVECONFIG"""
     c = _cluster(node)
     m = c.m
     sub = argv[1].lower()

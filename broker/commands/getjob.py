@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """GETJOB: take jobs from queues, blocking when they are all empty."""
 
 from __future__ import annotations

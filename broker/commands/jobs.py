@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """ADDJOB, SHOW, DELJOB: creating, inspecting and evicting jobs."""
 
 from __future__ import annotations

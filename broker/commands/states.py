@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """ACKJOB, FASTACK, NACK, WORKING, ENQUEUE, DEQUEUE: moving jobs between states."""
 
 from __future__ import annotations
