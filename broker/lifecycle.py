@@ -15,9 +15,9 @@ accounting and the AOF records it leaves (SPEC sections 3, 5, 7).
 
 Commands, the cluster's message handlers and the AOF loader call these functions;
 nothing else assigns ``job.state``, ``job.requeue_time`` or ``job.gc_time``. The
-cluster layer is told through the Node's ``cluster`` hooks (``job_queued``,
-``job_deleted``, ``send_willqueue``, ``try_job_gc``...), duck-typed: this module
-imports nothing above the broker core.
+cluster layer is told through the Node's ``cluster`` (broker/cluster_hooks.py:
+``job_queued``, ``job_deleted``, ``send_willqueue``, ``try_job_gc``...): this
+module imports nothing above the broker core.
 
 Persistence is an output: a change that must survive a restart appends an item
 to ``node.records`` (broker/records.py) while ``node.persist`` is on, whatever
@@ -266,11 +266,7 @@ def queue(node: Node, job: Job, now: int) -> bool:
     q.jobs_in += 1
     if q.blocked and not q.flags & PAUSED_OUT:
         node.ready_queues.append(q)
-    cluster = node.cluster
-    # Only jobs with other holders, or queues other nodes asked for, concern the
-    # cluster: a lone job skips the calls (hot path).
-    if cluster is not None and (job.nodes_delivered or cluster.interest):
-        cluster.job_queued(job)
+    node.cluster.job_queued(job)
     return True
 
 
@@ -337,9 +333,8 @@ def release(node: Node, job: Job, now: int) -> None:
     if the copy here is not acked by then, as for any job."""
     _unhold(node, job)
     job.flags &= ~FLAG_DELIVERED    # a replica's mark: queueing it here is no redelivery
-    cluster = node.cluster
-    if cluster is not None and job.nodes_delivered:
-        cluster.job_released(job)
+    if job.nodes_delivered:
+        node.cluster.job_released(job)
     if job.delay:
         job.requeue_time = node.shared_time(now, job.delay)
     else:
@@ -461,8 +456,7 @@ def delete(node: Node, job: Job, record: int = REC_DEL) -> None:
         node.records.append((record, job.id))
     if job.state == WAIT_REPL:
         forget_key(node, job)       # its ADDJOB failed: the job never existed
-    if node.cluster is not None:
-        node.cluster.job_deleted(job)
+    node.cluster.job_deleted(job)
 
 
 def expire(node: Node, job: Job) -> None:
@@ -473,8 +467,7 @@ def expire(node: Node, job: Job) -> None:
 def flush_all(node: Node, record: bool = True) -> None:
     """DEBUG FLUSHALL, CLUSTER RESET HARD: drop every job and queue (queues with
     blocked clients stay, empty)."""
-    if node.cluster is not None:
-        node.cluster.jobs_flushed()     # pending ADDJOBs end with -NOREPL
+    node.cluster.jobs_flushed()     # pending ADDJOBs end with -NOREPL
     for shard in node.job_shards:
         shard.clear()
     node.job_count = 0
@@ -538,16 +531,15 @@ def process_due(node: Node, job: Job, now: int) -> None:
                         node.stats["requeued_jobs"] += 1
                         if node.persist_history:
                             node.records.append((REC_REQUEUE, job.id))
-                    if cluster is not None:
-                        cluster.before_requeue(job)
+                    cluster.before_requeue(job)
                     queue(node, job, now)
                 else:
                     job.requeue_time = 0    # at-most-once job already delivered
-        elif cluster is not None and not job.flags & FLAG_BCAST_WILLQUEUE:
+        elif not job.flags & FLAG_BCAST_WILLQUEUE:
             job.flags |= FLAG_BCAST_WILLQUEUE
             # Holders re-queue in node-id order: ours may come later.
             job.requeue_time += cluster.send_willqueue(job)
-    elif state == ACKED and cluster is not None and job.gc_time <= now:
+    elif state == ACKED and job.gc_time <= now:
         cluster.try_job_gc(job, now)
     if node.is_registered(job):
         schedule(node, job)

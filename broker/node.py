@@ -23,12 +23,13 @@ import logging
 import sys
 from collections import deque
 from heapq import heappop, heappush
-from typing import Any, Callable, Final
+from typing import Callable, Final
 
 from mypy_extensions import i64, mypyc_attr
 
 from broker import lifecycle, slowlog
 from broker.client import Client
+from broker.cluster_hooks import ClusterHooks
 from broker.dispatch import (
     F_DENYOOM, F_LOADING, F_NOAUTH, Command, CommandError, dispatch_error,
 )
@@ -130,21 +131,6 @@ class CommandStats:
         self.latency = [0] * 64
 
 
-class ClusterView:
-    """What the request path asks of the cluster on every ADDJOB and GETJOB (our
-    id, our LEAVING flag, how many nodes are reachable), in typed fields: the
-    cluster's node table (cluster/membership.py) is interpreted Python, and
-    reading it cost about a tenth of a compiled ADDJOB. The node table marks the
-    view stale on every input that may change these (the same inputs that reset
-    its own cache); the node refreshes it on the next read."""
-
-    def __init__(self, myself_id: str) -> None:
-        self.fresh = True
-        self.myself_id = myself_id
-        self.leaving = False
-        self.reachable = 1
-
-
 class Node:
     def __init__(self, config, clock, rng, host: Host | None = None,
                  node_id: str | None = None, perf_us=None, perf_ns=None,
@@ -173,9 +159,10 @@ class Node:
         self.commands_anycase: dict[bytes, Command] = {
             **self.commands,
             **{n.upper(): c for n, c in self.commands.items()}}
-        # Our id, LEAVING flag and reachable count: the cluster's node table's
-        # when there is one (a typed copy, see ClusterView), else these.
-        self.view = ClusterView(node_id or random_node_id(rng))
+        # Our node id, which job ids carry: the broker's one copy of it. The
+        # cluster's node table holds it (cluster/membership.py); the cluster
+        # layer sets it here at start and when CLUSTER RESET HARD changes it.
+        self.myself_id: str = node_id or random_node_id(rng)
         now = clock()
         self.start_time = now
         self.job_shards: list[dict] = [{} for _ in range(SHARDS)]
@@ -202,7 +189,9 @@ class Node:
         # aof-history (ext): also record deliveries, NACKs, requeues, expirations.
         self.persist_history = False
         self.aof_error: str | None = None
-        self.cluster: Any = None            # cluster layer, see cluster/cluster.py
+        # The cluster layer (cluster/cluster.py sets itself here); the null
+        # object until then: a node without a cluster bus.
+        self.cluster: ClusterHooks = ClusterHooks()
         self._ctime_ms: i64 = 0
         self._ctime_seq: i64 = 0
         # shared_time's two entries: (seconds, now) -> now + seconds * 1000
@@ -237,30 +226,6 @@ class Node:
             "internal_errors": 0,
             "malformed_bus_messages": 0,
         }
-
-    # ---------------------------------------------------------------- identity
-    @property
-    def myself_id(self) -> str:
-        v = self.view
-        if not v.fresh:
-            self._refresh_view()
-        return v.myself_id
-
-    @property
-    def leaving(self) -> bool:
-        v = self.view
-        if not v.fresh:
-            self._refresh_view()
-        return v.leaving
-
-    def _refresh_view(self) -> None:
-        v = self.view
-        c = self.cluster
-        if c is not None:
-            v.myself_id = c.m.myself.id
-            v.leaving = c.m.leaving
-            v.reachable = c.reachable_count()
-        v.fresh = True
 
     # ------------------------------------------------------------------ errors
     def internal_error(self, exc: BaseException, what: str) -> None:
@@ -318,8 +283,7 @@ class Node:
         if client.monitor:
             self.monitors.remove(client)
             client.monitor = False
-        if self.cluster is not None:
-            self.cluster.client_closed(client)
+        self.cluster.client_closed(client)
         self.clients.pop(client.id, None)
 
     # ----------------------------------------------------------------- commands
@@ -486,10 +450,9 @@ class Node:
             t = w
         if self.block_heap and self.block_heap[0][0] < t:
             t = self.block_heap[0][0]
-        if self.cluster is not None:
-            c = self.cluster.next_deadline()
-            if c is not None and c < t:
-                t = c
+        c = self.cluster.next_deadline()
+        if c is not None and c < t:
+            t = c
         return t
 
     def tick(self) -> None:
@@ -516,8 +479,7 @@ class Node:
         if now >= self.next_cron:
             self.next_cron = now + CRON_INTERVAL_MS
             self.cron(now)
-        if self.cluster is not None:
-            self.cluster.tick(now)
+        self.cluster.tick(now)
         if self.ready_queues:
             self.serve_ready_queues()
 
@@ -550,9 +512,8 @@ class Node:
         if timeout_ms:
             heappush(self.block_heap, (client.block_deadline, client.id))
         self.blocked_count += 1
-        if self.cluster is not None:
-            for q in queues:
-                self.cluster.need_jobs(q, now)
+        for q in queues:
+            self.cluster.need_jobs(q, now)
 
     def unblock_client(self, client: Client) -> None:
         for q in client.blocked_on:
@@ -682,17 +643,8 @@ class Node:
         """CONFIG SET changed directive `name`: the cluster layer and the host
         apply what is theirs. Raising ConfigError refuses the change: CONFIG SET
         passes this to Config.set_many, which then puts every value back."""
-        if self.cluster is not None:
-            self.cluster.config_changed(name)
+        self.cluster.config_changed(name)
         self.host.config_changed(name)
-
-    # -------------------------------------------------------------------- misc
-    def reachable_nodes_count(self) -> int:
-        """Reachable nodes including myself."""
-        v = self.view
-        if not v.fresh:
-            self._refresh_view()
-        return v.reachable
 
 
 def job_reply(job: Job, withcounters: bool = False) -> list:

@@ -68,7 +68,7 @@ def _drop_dummy(cluster: Cluster, job: Job) -> None:
 def ack_unknown_job(cluster: Cluster, jid: bytes) -> None:
     """ACKJOB of an id we do not hold: remember the ack and spread it."""
     broker = cluster.broker
-    if len(cluster.m.known_ids()) <= 1 or broker.leaving or not id_is_at_least_once(jid):
+    if len(cluster.m.known_ids()) <= 1 or cluster.m.leaving or not id_is_at_least_once(jid):
         return
     now = broker.clock()
     job = lifecycle.add_dummy_ack(broker, jid, max(ttl_from_id(jid), 60), now)

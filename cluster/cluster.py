@@ -2,9 +2,9 @@
 Membership (node table, failure detection) and the job state machines
 (replication, requeue, acks, federation), sans-IO.
 
-The broker core calls the methods of ``Cluster`` named in broker/lifecycle.py
-(job_queued, before_requeue, try_job_gc, job_deleted...) and broker/node.py
-(need_jobs, client_closed...). Bus messages come in through ``handle_message``;
+The broker core and the commands call it as broker/cluster_hooks.py declares
+(``Cluster`` is a ``ClusterHooks``: job_queued, try_job_gc, need_jobs,
+replicate_new_job, CLUSTER MEET...). Bus messages come in through ``handle_message``;
 everything to send, save or drop goes to ``self.out`` as the Membership's output
 objects (Send, DropLink, SaveConfig, NodeEvent), drained by whoever runs the node
 (server/driver.py, for the process's bus in server/bus.py or the simulator in
@@ -23,8 +23,11 @@ import logging
 from typing import Any, Iterable
 
 from broker import lifecycle
+from broker.client import Client
+from broker.cluster_hooks import ClusterHooks
 from broker.job import ACKED, FLAG_BCAST_QUEUED, Holders, Job, holders_of
 from broker.node import Node
+from broker.queue import Queue
 from cluster import acks, federation, replication, requeue
 from cluster.membership import ClusterNode, Membership
 from cluster.outputs import NodeEvent, SaveConfig, Send
@@ -75,8 +78,10 @@ def announced_address(config: Any) -> tuple[str, int, int]:
             config.cluster_announce_bus_port or config.effective_bus_port)
 
 
-class Cluster:
+class Cluster(ClusterHooks):
     def __init__(self, broker: Node, membership: Membership) -> None:
+        super().__init__()
+        self.enabled = True
         self.broker = broker
         self.m = membership
         # The membership's node table and our own entry in it: the same objects
@@ -113,13 +118,12 @@ class Cluster:
         self._holders: Holders = ()
         self._holders_of: tuple[str, ...] | None = None
         broker.cluster = self
-        membership.view = broker.view   # the node reads our id, LEAVING, reachable there
-        broker.view.fresh = False
+        broker.myself_id = membership.node_id
 
     # ------------------------------------------------------------- plumbing
     @property
     def myself_id(self) -> str:
-        return self.me.id
+        return self.m.node_id
 
     def _collect(self, outputs: list) -> None:
         for o in outputs:
@@ -144,6 +148,7 @@ class Cluster:
             replication.abort_all(self, replication.NOREPL_REMOVED)
         self.pending.clear()            # ASYNC ones too: no peer left to confirm
         self._collect(self.m.reset(hard, now=now))
+        self.broker.myself_id = self.m.node_id     # job ids carry the new one
 
     def set_leaving(self, leaving: bool, now: int) -> None:
         if leaving and not self.m.leaving:
@@ -159,8 +164,17 @@ class Cluster:
         elif name.startswith("cluster-announce"):
             self._collect(self.m.set_address(*announced_address(self.broker.config)))
 
-    def save_config(self) -> SaveConfig:
-        return SaveConfig(self.m.to_nodes_conf())
+    def save_config(self) -> None:
+        self.out.append(SaveConfig(self.m.to_nodes_conf()))
+
+    def nodes_lines(self) -> list[str]:
+        return self.m.nodes_lines()
+
+    def cluster_info(self) -> dict[str, int | str]:
+        return self.m.cluster_info()
+
+    def leaving(self) -> bool:
+        return self.m.leaving
 
     @property
     def has_output(self) -> bool:
@@ -242,7 +256,6 @@ class Cluster:
         return self._holders
 
     def reachable_count(self) -> int:
-        """Reachable nodes, myself included."""
         return len(self.m.reachable_sorted()) + 1
 
     def others_of(self, job: Job) -> list[str]:
@@ -355,14 +368,11 @@ class Cluster:
             del self.events[:500]
 
     # ------------------------------------------- the Node's calls (see node.py)
-    def replicate_new_job(self, client: Any, job: Job, timeout: int, is_async: bool,
-                          external: bool) -> Any:
-        """The reply (the id for ASYNC) or BLOCKED until the copies are confirmed."""
+    def replicate_new_job(self, client: Client, job: Job, timeout: int, is_async: bool,
+                          external: bool) -> object:
         return replication.replicate_new_job(self, client, job, timeout, is_async, external)
 
-    def known_add(self, client: Any, jid: bytes) -> Any:
-        """(ext) An ADDJOB retried with the IDEMPOTENCY key of a job this node
-        knows: the reply, or BLOCKED until the first add's outcome."""
+    def known_add(self, client: Client, jid: bytes) -> object:
         return replication.known_add(self, client, jid)
 
     def job_queued(self, job: Job) -> None:
@@ -396,15 +406,16 @@ class Cluster:
             replication.abort(self, p, replication.NOREPL_REMOVED)
         acks.fastack(self, jid, job)
 
-    def need_jobs(self, q: Any, now: int) -> None:
+    def need_jobs(self, q: Queue, now: int) -> None:
         """Clients wait on empty q: NEEDJOBS, for as many jobs as they wait for
         (federation.need_jobs counts them on the queue)."""
         federation.need_jobs(self, q, now)
 
-    def broadcast_pause(self, q: Any) -> None:
+    def broadcast_pause(self, q: Queue) -> None:
         self.send_many(self.m.reachable_ids(), B.PAUSE, [q.name, q.flags])
 
-    def hello_entries(self) -> list:
+    def hello_entries(self, myself_id: str, ip: str, port: int) -> list[list[bytes]]:
+        # The node table has our id and the address we announce.
         return [[nid.encode(), ip.encode(), b"%d" % port, b"%d" % prio]
                 for nid, ip, port, prio in self.m.hello_entries()]
 
@@ -414,5 +425,5 @@ class Cluster:
     def link_down(self, node_id: str, now: int) -> None:
         self._collect(self.m.link_down(node_id, now))
 
-    def client_closed(self, client: Any) -> None:
+    def client_closed(self, client: Client) -> None:
         replication.client_closed(self, client)

@@ -33,7 +33,7 @@ def need_jobs(cluster, q, now: int) -> None:
     node with no consumer of its own is found only that way (issue 25: a
     copy re-queued there waited until that node died, its disk damaged)."""
     broker = cluster.broker
-    if broker.leaving or q.jobs:
+    if cluster.m.leaving or q.jobs:
         return
     cluster.hungry.add(q.name)
     count = max(1, sum(c.block_count for c in q.blocked))

@@ -296,7 +296,7 @@ def on_repljob(cluster: Cluster, sender: str, payload: Any, now: int) -> None:
     leaving or loading the AOF, or when the queue is paused in."""
     fields: list = payload              # a list: protocol/bus.py checked its shape
     broker = cluster.broker
-    if broker.leaving or broker.loading or broker.memory_level() >= 1:
+    if cluster.m.leaving or broker.loading or broker.memory_level() >= 1:
         return
     jid = fields[0]
     q = broker.queues.get(fields[1])
