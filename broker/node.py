@@ -402,7 +402,7 @@ class Node:
             entries.pop()
 
     # ------------------------------------------------------------- job registry
-    def get_job(self, jid: bytes):
+    def get_job(self, jid: bytes) -> Job | None:
         return self.job_shards[job_shard(jid)].get(jid)
 
     def iter_jobs(self):
