@@ -33,7 +33,8 @@ def _delay(attempt: int, low: int, high: int) -> int:
 
 class Federation:
     """Owns ``hungry`` (queues with clients waiting for jobs), ``interest``
-    (queue -> {asking node: until}: who asked us for jobs we did not have),
+    (queue -> {asking node: until}: who asked us for jobs we did not have;
+    one dict for the node's life, which Cluster reads on every job queued),
     ``push_pending`` (queues that got a job since, pushed on the next tick)
     and ``importing`` (true while YOURJOBS queues jobs here: those are not
     pushed on). The queues' own NEEDJOBS backoff and import rate stay on

@@ -66,7 +66,7 @@ def test_one_send_per_destination_in_order():
     a.outbox.send(bid, B.GOTJOB, b"j1")
     a.outbox.send_many([bid, cid, a.m.node_id], B.DELJOB, b"j2")
     a.outbox.send(bid, B.QUEUED, b"j3")
-    out = sends(a.drain())
+    out = sends(a.outbox.drain())
     assert [s.node_id for s in out] == [bid, cid]
     to_b, to_c = out
     assert to_b.msg.type == B.BATCH
@@ -75,7 +75,7 @@ def test_one_send_per_destination_in_order():
     # A single message goes as itself, not as a batch of one.
     assert to_c.msg.type == B.DELJOB and to_c.msg.payload == b"j2"
     assert a.m.stats_sent == 4
-    assert a.drain() == [] and not a.has_output
+    assert a.outbox.drain() == [] and not a.outbox.has_output
 
 
 def test_nothing_for_a_node_deleted_before_the_drain():
@@ -83,7 +83,7 @@ def test_nothing_for_a_node_deleted_before_the_drain():
     a.outbox.send(b.m.node_id, B.GOTJOB, b"j1")
     a.outbox.send(c.m.node_id, B.GOTJOB, b"j1")
     a.forget(b.m.node_id, NOW)
-    out = a.drain()
+    out = a.outbox.drain()
     assert DropLink(b.m.node_id, True) in out
     assert [s.node_id for s in sends(out)] == [c.m.node_id]
 
@@ -96,16 +96,16 @@ def test_a_batch_is_handled_message_by_message():
     r = a.broker.handle_command(client, [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"2",
                                          b"ASYNC"])
     jid = r.encode()
-    a.drain()
+    a.outbox.drain()
     job = a.broker.get_job(jid)
     a.outbox.send(b.m.node_id, B.REPLJOB, wire_fields(job, NOW))
     a.outbox.send(b.m.node_id, B.DELJOB, jid)
-    (s,) = sends(a.drain())
+    (s,) = sends(a.outbox.drain())
     before = b.m.stats_received
     b.handle_message(Link("10.0.0.1", "10.0.0.2"), wire(s.msg), NOW)
     assert b.broker.get_job(jid) is None
     assert jid in b.tombstones.ids
-    (reply,) = sends(b.drain())
+    (reply,) = sends(b.outbox.drain())
     assert (reply.msg.type, reply.msg.payload) == (B.GOTJOB, jid)
     assert b.m.stats_received == before + 2
 
@@ -118,7 +118,7 @@ def test_replicated_addjobs_travel_as_one_frame_each_way():
     for cl in clients:
         r = a.broker.handle_command(cl, [b"ADDJOB", b"q", b"body", b"0", b"REPLICATE", b"3"])
         assert r is BLOCKED
-    out = sends(a.drain())
+    out = sends(a.outbox.drain())
     assert len(out) == 2 and all(s.msg.type == B.BATCH for s in out)
     assert all(len(s.msg.payload) == 10 for s in out)
     back = []
@@ -126,7 +126,7 @@ def test_replicated_addjobs_travel_as_one_frame_each_way():
         peer = by_id[s.node_id]
         peer.handle_message(Link("10.0.0.1", peer.m.myself.ip), wire(s.msg), NOW)
         assert peer.broker.job_count == 5
-        (reply,) = sends(peer.drain())
+        (reply,) = sends(peer.outbox.drain())
         assert reply.node_id == a.m.node_id
         assert reply.msg.type == B.BATCH and reply.msg.payload[0::2] == [B.GOTJOB] * 5
         back.append(reply)
@@ -174,7 +174,7 @@ def test_a_malformed_message_drops_only_itself():
     a.outbox.send(b.m.node_id, B.REPLJOB, 5)                 # not a job at all
     a.outbox.send(b.m.node_id, B.SETACK, [b"too-short"])     # missing may-have
     a.outbox.send(b.m.node_id, B.DELJOB, jid)                # valid: deletes the job
-    (s,) = sends(a.drain())
+    (s,) = sends(a.outbox.drain())
     msg = wire(s.msg)
     assert msg.malformed == 2 and msg.payload == [B.DELJOB, jid]
     b.handle_message(Link("10.0.0.1", "10.0.0.2"), msg, NOW)
@@ -186,7 +186,7 @@ def test_a_malformed_message_drops_only_itself():
 def test_a_malformed_single_message_keeps_its_header():
     a, b, _ = make_cluster()
     a.outbox.send(b.m.node_id, B.GOTACK, [b"x" * 40])          # not an id, no known flag
-    (s,) = sends(a.drain())
+    (s,) = sends(a.outbox.drain())
     msg = wire(s.msg)
     assert msg.type == B.GOTACK and msg.malformed == 1 and msg.payload is None
     b.handle_message(Link("10.0.0.1", "10.0.0.2"), msg, NOW)
@@ -208,7 +208,7 @@ def test_a_bug_in_a_handler_is_an_internal_error_not_a_malformed_message():
     b.replication.pending[J1] = object()
     a.outbox.send(b.m.node_id, B.GOTJOB, J1)
     a.outbox.send(b.m.node_id, B.DELJOB, jid)
-    (s,) = sends(a.drain())
+    (s,) = sends(a.outbox.drain())
     with pytest.raises((AttributeError, TypeError)):
         b.handle_message(Link("10.0.0.1", "10.0.0.2"), wire(s.msg), NOW)
     b.broker.strict = False
