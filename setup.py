@@ -19,7 +19,7 @@ CORE = [
     "protocol/resp.py",
     "broker/job.py", "broker/queue.py", "broker/timers.py", "broker/client.py",
     "broker/dispatch.py", "broker/lifecycle.py", "broker/node.py", "broker/records.py",
-    "broker/idempotency.py", "broker/cluster_hooks.py",
+    "broker/idempotency.py", "broker/cluster_hooks.py", "broker/registry.py",
     "broker/commands/jobs.py", "broker/commands/getjob.py", "broker/commands/states.py",
     "broker/commands/args.py", "broker/commands/table.py",
     # The cluster's per-job path: bus frames (REPLJOB, GOTJOB, acks, requeues:

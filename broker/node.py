@@ -25,20 +25,16 @@ from collections import deque
 from heapq import heappop, heappush
 from typing import Callable, Final
 
-from mypy_extensions import i64, mypyc_attr
+from mypy_extensions import mypyc_attr
 
 from broker import lifecycle, slowlog
 from broker.client import Client
-from broker.cluster_hooks import ClusterHooks
 from broker.dispatch import (
     F_DENYOOM, F_LOADING, F_NOAUTH, Command, CommandError, dispatch_error,
 )
-from broker.idempotency import IdempotencyKeys
-from broker.job import (
-    ACKED, ACTIVE, FLAG_DELIVERED, SHARDS, Job, JobIds, job_shard, random_node_id,
-)
+from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, SHARDS, Job
 from broker.queue import PAUSED_OUT, Queue
-from broker.timers import TimerWheel
+from broker.registry import Registry
 from protocol.resp import NULL_ARRAY, Error, Status
 
 log = logging.getLogger("broker.node")
@@ -131,10 +127,15 @@ class CommandStats:
         self.latency = [0] * 64
 
 
-class Node:
+class Node(Registry):
+    """A Registry (broker/registry.py: the jobs and queues, as the lifecycle
+    changes them) with its clients, commands, timers and housekeeping."""
+
     def __init__(self, config, clock, rng, host: Host | None = None,
                  node_id: str | None = None, perf_us=None, perf_ns=None,
                  commands: dict | None = None, strict: bool = False) -> None:
+        now = clock()
+        super().__init__(rng, node_id, now)
         self.config = config
         # Config's values the hot path reads, in typed fields: see config_applied.
         self.maxmemory = 0
@@ -148,9 +149,6 @@ class Node:
         if perf_ns is None:
             perf_ns = (lambda: perf_us() * 1000) if perf_us is not None else (lambda: 0)
         self.perf_ns: Callable[[], int] = perf_ns
-        self.rng = rng                      # random.Random
-        self.ids = JobIds(rng)
-        self.jitter_state: i64 = rng.getrandbits(31)     # lifecycle.jitter's sequence
         self.host = host or Host()
         self.strict = strict
         # Command table (broker/commands), also under upper-case names: the hot
@@ -159,45 +157,17 @@ class Node:
         self.commands_anycase: dict[bytes, Command] = {
             **self.commands,
             **{n.upper(): c for n, c in self.commands.items()}}
-        # Our node id, which job ids carry: the broker's one copy of it. The
-        # cluster's node table holds it (cluster/membership.py); the cluster
-        # layer sets it here at start and when CLUSTER RESET HARD changes it.
-        self.myself_id: str = node_id or random_node_id(rng)
-        now = clock()
         self.start_time = now
-        self.job_shards: list[dict] = [{} for _ in range(SHARDS)]
-        self.job_count = 0
-        self.jobs_memory = 0
         self.jobs_memory_peak = 0           # since the last release_memory
         self._jobs_memory_last_cron = 0
         self._shrink_cursor = 0             # next job shard shrink_job_shards looks at
-        self.queues: dict[bytes, Queue] = {}
-        self.timers = TimerWheel(now)
-        # (ext) ADDJOB ... IDEMPOTENCY: (queue, key) -> job id, for the job's TTL
-        self.idempotency: IdempotencyKeys = IdempotencyKeys()
         self.clients: dict[int, Client] = {}
         self.outbox: list = []              # (client, reply) for clients other than the caller
-        self.ready_queues: list[Queue] = []  # got jobs while clients were blocked on them
         self.block_heap: list = []          # (deadline, client id)
         self.blocked_count = 0
         self.monitors: list[Client] = []
         self.loading = False
-        # Persistence: records for the AOF while `persist` is on (the shell turns
-        # it on with the AOF); aof_error is the shell's last write error (MISCONF).
-        self.persist = False
-        self.records: list = []
-        # aof-history (ext): also record deliveries, NACKs, requeues, expirations.
-        self.persist_history = False
-        self.aof_error: str | None = None
-        # The cluster layer (cluster/cluster.py sets itself here); the null
-        # object until then: a node without a cluster bus.
-        self.cluster: ClusterHooks = ClusterHooks()
-        self._ctime_ms: i64 = 0
-        self._ctime_seq: i64 = 0
-        # shared_time's two entries: (seconds, now) -> now + seconds * 1000
-        self._memo_s0 = self._memo_s1 = -1
-        self._memo_now0 = self._memo_now1 = 0
-        self._memo_t0 = self._memo_t1 = 0
+        self.aof_error: str | None = None   # the AOF writer's last error (MISCONF)
         self.next_cron = now + CRON_INTERVAL_MS
         # by Command.slot (a list index, not a dict lookup by name); see cmdstats()
         self.command_stats: list[CommandStats | None] = []
@@ -208,24 +178,11 @@ class Node:
         self.slowlog_id = 0                 # the next entry's; Disque's first is 0
         # The counters every command or read moves, in typed fields (a dict
         # entry of boxed ints cost a lookup, an add and a store each time);
-        # stats_now() folds them into INFO's order, where their entries below
-        # only keep their place.
+        # stats_now() folds them into INFO's order, where their entries in
+        # self.stats (broker/registry.py) only keep their place.
         self.commands_processed = 0
         self.net_input_bytes = 0
         self.net_output_bytes = 0
-        self.stats = {
-            "total_connections_received": 0,
-            "total_commands_processed": 0,
-            "rejected_connections": 0,
-            "expired_jobs": 0,
-            "evicted_jobs": 0,
-            "evicted_queues": 0,
-            "requeued_jobs": 0,
-            "total_net_input_bytes": 0,
-            "total_net_output_bytes": 0,
-            "internal_errors": 0,
-            "malformed_bus_messages": 0,
-        }
 
     # ------------------------------------------------------------------ errors
     def internal_error(self, exc: BaseException, what: str) -> None:
@@ -400,46 +357,6 @@ class Node:
         self.slowlog_id += 1
         while len(entries) > self.config.slowlog_max_len:
             entries.pop()
-
-    # ------------------------------------------------------------- job registry
-    def get_job(self, jid: bytes) -> Job | None:
-        return self.job_shards[job_shard(jid)].get(jid)
-
-    def iter_jobs(self):
-        for shard in self.job_shards:
-            yield from shard.values()
-
-    def is_registered(self, job: Job) -> bool:
-        return self.job_shards[job_shard(job.id)].get(job.id) is job
-
-    def new_ctime(self, now: i64) -> i64:
-        """ms * 1e6 + a per-ms counter, so jobs created in one ms keep their order."""
-        if now == self._ctime_ms:
-            self._ctime_seq += 1
-        else:
-            self._ctime_ms = now
-            self._ctime_seq = 0
-        return now * 1_000_000 + self._ctime_seq
-
-    def shared_time(self, now: int, seconds: int) -> int:
-        """now + seconds, reusing the int object for equal inputs: a million jobs
-        created in a burst share a handful of expire and requeue times (memory per
-        job in the pure build). Two entries, as ADDJOB asks for its TTL and then
-        its RETRY: a single one would miss every time."""
-        if seconds == self._memo_s0 and now == self._memo_now0:
-            return self._memo_t0
-        if seconds == self._memo_s1 and now == self._memo_now1:
-            return self._memo_t1
-        t = now + seconds * 1000
-        self._memo_s1, self._memo_now1, self._memo_t1 = \
-            self._memo_s0, self._memo_now0, self._memo_t0
-        self._memo_s0, self._memo_now0, self._memo_t0 = seconds, now, t
-        return t
-
-    def take_records(self) -> list:
-        """The AOF records produced since the last call (the shell writes them)."""
-        records, self.records = self.records, []
-        return records
 
     # ------------------------------------------------------------------- timers
     def next_deadline(self):
