@@ -28,7 +28,7 @@ CORE = [
     "cluster/outputs.py",
     "protocol/bus.py", "cluster/cluster.py", "cluster/replication.py", "cluster/acks.py",
     "cluster/requeue.py", "server/driver.py", "cluster/membership.py",
-    "cluster/outbox.py", "cluster/tombstones.py",
+    "cluster/outbox.py", "cluster/tombstones.py", "cluster/subprotocol.py",
     # The client connection's read -> parse -> dispatch -> encode -> write loop,
     # and the node's clock (read by every ADDJOB); the bus links' read -> decode
     # -> handle and send -> write (one call per frame each way); the flush and

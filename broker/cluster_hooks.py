@@ -84,11 +84,13 @@ class ClusterHooks:
         return [[myself_id.encode(), ip.encode(), b"%d" % port, b"1"]]
 
     # ------------------------------------------------- CLUSTER ... (admin)
-    # Each raises ClusterError for what the node table refuses.
+    # Without a bus each refuses (NO_BUS), as the CLUSTER command does first.
     def meet(self, ip: str, bus_port: int, now: int) -> None:
+        """CLUSTER MEET; ClusterError for an address the node table refuses."""
         raise CommandError(NO_BUS)
 
     def forget(self, node_id: str, now: int) -> None:
+        """CLUSTER FORGET; ClusterError for ourselves or an unknown node."""
         raise CommandError(NO_BUS)
 
     def reset(self, hard: bool, now: int) -> None:

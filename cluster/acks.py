@@ -27,20 +27,18 @@ from broker.node import Node
 from cluster.membership import Membership
 from cluster.outbox import Outbox
 from cluster.replication import Replication
+from cluster.subprotocol import SubProtocol
 from cluster.tombstones import Tombstones
 from protocol import bus as B
 
 
-class Acks:
+class Acks(SubProtocol):
     """Owns ``dummy_acks`` (the id of a dummy ack -> the nodes that answered
     they do not know the job)."""
 
     def __init__(self, broker: Node, membership: Membership, outbox: Outbox,
                  tombstones: Tombstones, replication: Replication) -> None:
-        self.broker = broker
-        self.m = membership
-        self.outbox = outbox
-        self.tombstones = tombstones
+        super().__init__(broker, membership, outbox, tombstones)
         self.replication = replication
         self.dummy_acks: dict[bytes, set[str]] = {}
 

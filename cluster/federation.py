@@ -18,6 +18,7 @@ from broker.queue import PAUSED_OUT, Queue
 from cluster.membership import Membership
 from cluster.outbox import Outbox
 from cluster.replication import local_fields, wire_fields
+from cluster.subprotocol import SubProtocol
 from cluster.tombstones import Tombstones
 from protocol import bus as B
 
@@ -31,7 +32,7 @@ def _delay(attempt: int, low: int, high: int) -> int:
     return 0 if attempt == 0 else min(low << (attempt - 1), high)
 
 
-class Federation:
+class Federation(SubProtocol):
     """Owns ``hungry`` (queues with clients waiting for jobs), ``interest``
     (queue -> {asking node: until}: who asked us for jobs we did not have;
     one dict for the node's life, which Cluster reads on every job queued),
@@ -42,10 +43,7 @@ class Federation:
 
     def __init__(self, broker: Node, membership: Membership, outbox: Outbox,
                  tombstones: Tombstones) -> None:
-        self.broker = broker
-        self.m = membership
-        self.outbox = outbox
-        self.tombstones = tombstones
+        super().__init__(broker, membership, outbox, tombstones)
         self.hungry: set[bytes] = set()
         self.interest: dict[bytes, dict[str, int]] = {}
         self.importing = False

@@ -29,6 +29,7 @@ from broker.queue import PAUSED_IN
 from cluster.membership import Membership
 from cluster.outbox import Outbox
 from cluster.requeue import Requeue
+from cluster.subprotocol import SubProtocol
 from cluster.tombstones import Tombstones
 from protocol import bus as B
 from protocol.resp import Error, Status
@@ -78,7 +79,7 @@ def _waited(p: PendingAdd) -> bool:
     return p.client is not None or bool(p.followers)
 
 
-class Replication:
+class Replication(SubProtocol):
     """Owns ``pending`` (job id -> PendingAdd: the ADDJOBs of this node whose
     copies are not all confirmed, ASYNC ones included) and ``waiting_adds``
     (client -> the oldest and the newest of its sync ADDJOBs still waiting,
@@ -86,10 +87,7 @@ class Replication:
 
     def __init__(self, broker: Node, membership: Membership, outbox: Outbox,
                  tombstones: Tombstones, requeue: Requeue) -> None:
-        self.broker = broker
-        self.m = membership
-        self.outbox = outbox
-        self.tombstones = tombstones
+        super().__init__(broker, membership, outbox, tombstones)
         self.requeue = requeue
         self.pending: dict[bytes, PendingAdd] = {}
         self.waiting_adds: dict[Client, list[PendingAdd]] = {}

@@ -21,6 +21,7 @@ from broker.job import ACKED, FLAG_BCAST_QUEUED, FLAG_DELIVERED, HELD, QUEUED, J
 from broker.node import Node
 from cluster.membership import Membership
 from cluster.outbox import Outbox
+from cluster.subprotocol import SubProtocol
 from cluster.tombstones import TOMBSTONE_MS, Tombstones, forget_expired, remember
 from protocol import bus as B
 
@@ -37,17 +38,14 @@ def queued_payload(job: Job) -> list:
     return [job.id, job.nacks, job.additional_deliveries]
 
 
-class Requeue:
+class Requeue(SubProtocol):
     """Owns ``heard_queued`` ((ext) job id -> until: a QUEUED or WILLQUEUE for
     a job we did not hold yet; its REPLJOB may come later, on another link: a
     held copy is then released at once, see released_early)."""
 
     def __init__(self, broker: Node, membership: Membership, outbox: Outbox,
                  tombstones: Tombstones) -> None:
-        self.broker = broker
-        self.m = membership
-        self.outbox = outbox
-        self.tombstones = tombstones
+        super().__init__(broker, membership, outbox, tombstones)
         self.heard_queued: dict[bytes, int] = {}
 
     def tick(self, now: int) -> None:
