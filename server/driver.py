@@ -10,8 +10,8 @@ The core's outputs (DESIGN.md) are:
   ``client.conn.deliver(reply)``; ``conn`` is whatever object the shell attached
   to the client (a RESP connection, an HTTP request waiting, a test's list);
 - AOF records: ``node.records`` (broker/records.py), given to the AOF writer;
-- bus messages and membership effects: ``cluster.drain()`` (Send, DropLink,
-  SaveConfig, NodeEvent);
+- bus messages and membership effects: ``cluster.outbox.drain()`` (Send,
+  DropLink, SaveConfig, NodeEvent; cluster/outbox.py);
 - deadlines: ``node.next_deadline()``, when ``tick`` is due.
 
 The rule that makes persistence an output: a reply or a bus message produced by
@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 from broker.node import Node
 from cluster.cluster import Cluster
-from cluster.membership import DropLink, NodeEvent, SaveConfig, Send
+from cluster.outputs import DropLink, NodeEvent, SaveConfig, Send
 from protocol.bus import (
     BATCH, DEFAULT_MAX_FRAME_SIZE, BusCodec, BusMessage, BusProtocolError, unbatch,
 )
@@ -58,6 +58,7 @@ class OutputDriver:
         ``save_nodes_conf(text)``; ``on_event(NodeEvent)``."""
         self.node = node
         self.cluster = cluster
+        self.outbox = cluster.outbox        # its outputs, drained here
         self.bus = bus
         self.encode = encode
         self.codec = BusCodec()         # what it encodes (its headers packed once)
@@ -136,7 +137,7 @@ class OutputDriver:
         messages wait, the timer re-armed."""
         if self.node.outbox:
             self.deliver_outbox()
-        if self.node.records or self.held or self.cluster.has_output:
+        if self.node.records or self.held or self.outbox.has_output:
             self._request_flush()
         if self.arm_timer is not None:
             deadline = self.node.next_deadline()
@@ -169,8 +170,8 @@ class OutputDriver:
                 conn.write_now(data)
         if node.outbox:         # delivered while records waited: nothing holds them now
             self.deliver_outbox()
-        if self.cluster.has_output:
-            self.send_cluster_outputs(self.cluster.drain())
+        if self.outbox.has_output:
+            self.send_cluster_outputs(self.outbox.drain())
 
     def send_cluster_outputs(self, outputs: list) -> None:
         if not self.encode:

@@ -89,7 +89,7 @@ def hello(node, client, argv):
         b"version": VERSION.encode(),
         b"proto": proto,
         b"id": client.id,
-        b"mode": b"cluster" if node.cluster is not None else b"standalone",
+        b"mode": b"cluster" if node.cluster.enabled else b"standalone",
         b"role": b"master",
         b"modules": [],
     })
@@ -97,11 +97,8 @@ def hello(node, client, argv):
 
 def disque_hello(node) -> list:
     """Disque's HELLO: [1, my id, [id, ip, port, priority]...] for every known node."""
-    if node.cluster is not None:
-        entries = node.cluster.hello_entries()
-    else:
-        ip, port = advertised_address(node)
-        entries = [[node.myself_id.encode(), ip.encode(), b"%d" % port, b"1"]]
+    ip, port = advertised_address(node)
+    entries = node.cluster.hello_entries(node.myself_id, ip, port)
     return [1, node.myself_id.encode(), *entries]
 
 

@@ -75,9 +75,9 @@ def pause(node, client, argv):
     q = node.get_queue(argv[1], create=update and flags != 0)
     if q is not None and update:
         node.set_queue_pause(q, flags)
-        if bcast and node.cluster is not None:
+        if bcast:
             node.cluster.broadcast_pause(q)
-    elif q is None and update and bcast and node.cluster is not None:
+    elif q is None and update and bcast:
         # Unpause elsewhere without creating the queue here.
         node.cluster.broadcast_pause(Queue(argv[1], node.clock()))
     return Status(q.pause_name.decode() if q is not None else "none")

@@ -110,9 +110,7 @@ def _section_commandstats(node, now):
 
 
 def _section_cluster(node, now):
-    if node.cluster is None:
-        return [("cluster_enabled", 0)]
-    return [("cluster_enabled", 1)]
+    return [("cluster_enabled", int(node.cluster.enabled))]
 
 
 INFO_SECTIONS = {
