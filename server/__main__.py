@@ -1,8 +1,5 @@
-"""python -m broker [disque.conf] [--directive value ...]
-
-The process is set up and run in server/ (server/main.py); this entry point only
-delegates to it: the one import of broker/ upward, declared in the import-linter
-contract (pyproject.toml)."""
+"""python -m server [disque.conf] [--directive value ...]: the node, as the
+``disquette-server`` command runs it (server/main.py)."""
 
 import sys
 
