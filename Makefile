@@ -47,7 +47,7 @@ HOST ?= 127.0.0.1
 PORTS ?= 7711 7712 7713
 # Each node also serves its HTTP API and dashboard on port + HTTP_OFFSET (8711...).
 HTTP_OFFSET ?= 1000
-BROKER ?= $(PY) -m broker
+BROKER ?= $(PY) -m server
 RUN_DIR ?= run
 
 BENCH_ARGS ?=

@@ -56,7 +56,9 @@ from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Generator, Iterable
 
-from . import tracing
+from .tracing import (
+    current_context, end_ack, end_deliver, handle_span, start_ack, start_deliver, tracer_for,
+)
 from .aio import AsyncClient
 from .commands import getjob_request, ids_request
 from .dead_letters import dead_queue_name, envelope
@@ -368,7 +370,7 @@ class Worker:
         self._bridge = _ThreadBridge(self, self._loop)
         self._executor = None if self._async_handler else ThreadPoolExecutor(
             self.concurrency, thread_name_prefix="disquette-worker")
-        self._tracer = tracing.tracer_for(self.tracing)
+        self._tracer = tracer_for(self.tracing)
         # An async handler, no spans, no gauges: a job's start and end skip
         # their checks (the hot path, per job).
         self._plain = self._async_handler and self._tracer is None and not self.metrics
@@ -467,7 +469,7 @@ class Worker:
         elif isinstance(acked, Exception):
             log.error("ack of %d jobs refused: %s", len(ids), acked)
         if span is not None:
-            tracing.end_ack(span, acked if isinstance(acked, Exception) else None)
+            end_ack(span, acked if isinstance(acked, Exception) else None)
         if isinstance(jobs, Exception):
             raise jobs
         return jobs
@@ -499,7 +501,7 @@ class Worker:
             if not self._async_handler:
                 job._client = self._bridge
             if self._tracer is not None:
-                run.span = tracing.start_deliver(self._tracer, job)
+                run.span = start_deliver(self._tracer, job)
             if self.metrics:
                 self.metrics.in_flight.inc()
         return run
@@ -663,7 +665,7 @@ class Worker:
                 if self.metrics:
                     self.metrics.in_flight.dec()
                 if run.span is not None:
-                    tracing.end_deliver(run.span, outcome)
+                    end_deliver(run.span, outcome)
 
     async def _handle(self, run: _Running) -> None:
         job = run.job
@@ -678,7 +680,7 @@ class Worker:
 
     async def _handle_traced(self, run: _Running) -> None:
         job = run.job
-        with tracing.handle_span(self._tracer, run.span, job):
+        with handle_span(self._tracer, run.span, job):
             if self._async_handler:
                 await self._handle(run)
             else:  # the thread runs in this context: the handle span is current there
@@ -724,7 +726,7 @@ class Worker:
         body = envelope(job, error, tb, time.time(), verdict.reason, verdict.limit)
         try:
             if run.span is not None:
-                with tracing.current_context(run.span):
+                with current_context(run.span):
                     await self._aclient.add_job(dlq, body, ttl=self.dead_letter_ttl)
             else:
                 await self._aclient.add_job(dlq, body, ttl=self.dead_letter_ttl)
@@ -757,7 +759,7 @@ class Worker:
         for job in jobs:
             self._finished(job, "returned")
             if self._tracer is not None:  # never started: a deliver span of its own
-                tracing.end_deliver(tracing.start_deliver(self._tracer, job), "returned")
+                end_deliver(start_deliver(self._tracer, job), "returned")
         for node, ids in _by_node(jobs).items():
             try:
                 await self._aclient.enqueue(*ids, node=node)
@@ -808,7 +810,7 @@ class Worker:
         if self._tracer is None:
             return None
         links = [ctx for ctx in map(self._ack_links.pop, ids, [None] * len(ids)) if ctx]
-        return tracing.start_ack(self._tracer, command, links)
+        return start_ack(self._tracer, command, links)
 
     async def _ack_loop(self) -> None:
         while not self._acks_closing:
@@ -839,7 +841,7 @@ class Worker:
                 error = e
                 log.error("ack of %d jobs refused: %s", len(ids), e)
             if span is not None:
-                tracing.end_ack(span, error)
+                end_ack(span, error)
         return ok
 
     # -- WORKING
