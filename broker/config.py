@@ -9,7 +9,7 @@ the value kinds broker/config_kinds.py's.
 
 The module is pure: nothing here touches sockets, the clock or the file
 system; ``Config.from_argv`` and ``Config.load_file`` are handed the reader
-of the config file (and of its ``include``\s) by the process
+of the config file (and of the files it includes) by the process
 (server/main.py ``read_config_file``).  Reactions to a change (the cluster's node timeout, starting the
 AOF, ``chdir`` for ``dir``...) belong to whoever owns what changes: CONFIG SET
 hands ``Config.set_many`` a ``changed`` callback (``Node.config_changed``),
