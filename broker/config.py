@@ -10,10 +10,11 @@ the value kinds broker/config_kinds.py's.
 The module is pure: nothing here touches sockets, the clock or the file
 system; ``Config.from_argv`` and ``Config.load_file`` are handed the reader
 of the config file (and of the files it includes) by the process
-(server/main.py ``read_config_file``).  Reactions to a change (the cluster's node timeout, starting the
-AOF, ``chdir`` for ``dir``...) belong to whoever owns what changes: CONFIG SET
-hands ``Config.set_many`` a ``changed`` callback (``Node.config_changed``),
-called with each changed name, which may refuse the change.
+(server/main.py ``read_config_file``).  Reactions to a change (the cluster's
+node timeout, starting the AOF, ``chdir`` for ``dir``...) belong to whoever
+owns what changes: CONFIG SET hands ``Config.set_many`` a ``changed``
+callback (``Node.config_changed``), called with each changed name, which may
+refuse the change.
 """
 
 from __future__ import annotations
