@@ -379,6 +379,8 @@ def fmt_value(v: float | None, unit: str) -> str:
         return "-"
     if unit == "x":
         return f"{v:.2f}x"
+    if unit == "us":
+        return f"{v:,.1f} us"
     if unit.startswith("ms"):
         decimals = 3 if v < 1 else 2 if v < 10 else 1 if v < 100 else 0
         return f"{v:,.{decimals}f} {unit}"
