@@ -168,6 +168,7 @@ run: venv
 bench: deps test-venv
 	$(PY) bench/bench_single.py $(BENCH_ARGS)
 	$(PY) bench/bench_cluster.py $(BENCH_ARGS)
+	$(PY) bench/bench_cycle.py $(BENCH_ARGS)
 	$(PY) bench/bench_sdk.py $(BENCH_ARGS)
 	$(PY) bench/bench_http.py $(BENCH_ARGS)
 
