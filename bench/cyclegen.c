@@ -42,6 +42,10 @@ typedef struct {
     const char *words[MAX_WORDS];
     size_t lens[MAX_WORDS];
     int uses_id;
+    /* The request encoded once: all of it (no {id}), or what comes before
+     * and after the id's bulk string. */
+    char *pre, *post;
+    size_t pre_len, post_len;
 } Step;
 
 typedef struct {
@@ -119,20 +123,45 @@ static void flush_out(Conn *c) {
 
 static void send_step(Conn *c) {
     Step *s = &steps[c->step];
-    char head[32];
-    int n = snprintf(head, sizeof head, "*%d\r\n", s->nwords);
-    put(c, head, (size_t)n);
-    for (int i = 0; i < s->nwords; i++) {
-        const char *w = s->words[i];
-        size_t len = s->lens[i];
-        if (len == 4 && memcmp(w, "{id}", 4) == 0) { w = c->id; len = c->id_len; }
-        n = snprintf(head, sizeof head, "$%zu\r\n", len);
+    put(c, s->pre, s->pre_len);
+    if (s->uses_id) {
+        char head[32];
+        int n = snprintf(head, sizeof head, "$%zu\r\n", c->id_len);
         put(c, head, (size_t)n);
-        put(c, w, len);
+        put(c, c->id, c->id_len);
         put(c, "\r\n", 2);
+        put(c, s->post, s->post_len);
     }
     c->step_start = now_ns();
     flush_out(c);
+}
+
+/* RESP of words[from:to] into a new buffer (with the array header if from == 0). */
+static char *encode_words(Step *s, int from, int to, size_t *len) {
+    size_t cap = 32;
+    for (int i = from; i < to; i++) cap += s->lens[i] + 32;
+    char *buf = malloc(cap), *p = buf;
+    if (buf == NULL) die("out of memory");
+    if (from == 0) p += sprintf(p, "*%d\r\n", s->nwords);
+    for (int i = from; i < to; i++) {
+        p += sprintf(p, "$%zu\r\n", s->lens[i]);
+        memcpy(p, s->words[i], s->lens[i]);
+        p += s->lens[i];
+        memcpy(p, "\r\n", 2);
+        p += 2;
+    }
+    *len = (size_t)(p - buf);
+    return buf;
+}
+
+static void prepare(Step *s) {
+    int at = s->nwords;
+    for (int i = 0; i < s->nwords; i++)
+        if (s->lens[i] == 4 && memcmp(s->words[i], "{id}", 4) == 0) { at = i; break; }
+    for (int i = at + 1; i < s->nwords; i++)
+        if (s->lens[i] == 4 && memcmp(s->words[i], "{id}", 4) == 0) die("one {id} a step");
+    s->pre = encode_words(s, 0, at, &s->pre_len);
+    if (s->uses_id) s->post = encode_words(s, at + 1, s->nwords, &s->post_len);
 }
 
 static int start_cycle(Conn *c) {
@@ -284,6 +313,7 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "{id}") == 0) s->uses_id = 1;
         s->nwords++;
     }
+    for (int k = 0; k < nsteps; k++) prepare(&steps[k]);
     for (int k = 0; k <= nsteps; k++)
         if ((hist[k] = calloc(HIST, sizeof(uint32_t))) == NULL) die("out of memory");
     epfd = epoll_create1(0);
