@@ -31,7 +31,8 @@ Rows (``--only`` takes their names, comma-separated):
   cycle-r3       the cycle on 3 nodes, ADDJOB ... REPLICATE 3, clients on one
                  node (Redis: a master and 2 replicas, WAIT 2 0 after LPUSH) >= 1.1x Disque
   rtt            one connection, one command at a time: the cycle's ADDJOB,
-                 GETJOB and ACKJOB round trips (mean, us), a row each      <= 1.1x Disque's
+                 GETJOB and ACKJOB round trips (median, us: on a shared
+                 machine the mean is the other load's), a row each        <= 1.1x Disque's
   aof-everysec   ADDJOB -c 50, appendonly yes, appendfsync everysec (each
                  server its own AOF on the same disk; Redis: LPUSH)       >= 1.0x Disque
   aof-everysec-p16  the same, -P 16                                       >= 1.2x Disque
@@ -296,10 +297,10 @@ def rtt(step: int) -> Callable[[Context], Result]:
                 steps = REDIS_CYCLE if side.kind == "redis" else CYCLE
                 figures = cyclegen(side.entry.port, steps, n, clients=1)
                 runs.setdefault(side.kind, []).append(figures)
-                return figures["cycle_mean_us"]
+                return figures["cycle_p50_us"]
 
-            in_rounds(ctx, job_sides(ctx, "plain"), one, "us per cycle", fmt=".1f")
-        field = f"step{step}_mean_us"
+            in_rounds(ctx, job_sides(ctx, "plain"), one, "us per cycle (p50)", fmt=".1f")
+        field = f"step{step}_p50_us"
         per = {k: [f[field] for f in v] for k, v in runs.items()}
         ratios = ([a / b for a, b in zip(per["disquette"], per["disque"])]
                   if "disque" in per else [])
@@ -386,10 +387,10 @@ METRICS: list[Metric] = [
            run_ceiling_cycle),
     Metric("cycle-r3", "job cycle, ADDJOB REPLICATE 3, 3 nodes, clients on one "
            "(Redis: + WAIT 2 0, 2 replicas)", "min-ratio", 1.1, run_cycle_r3),
-    Metric("rtt", "round trip, one connection: ADDJOB (Redis: LPUSH)", "max-ratio", 1.1, rtt(1)),
-    Metric("rtt", "round trip, one connection: GETJOB (Redis: BRPOPLPUSH)", "max-ratio", 1.1,
+    Metric("rtt", "round trip p50, one connection: ADDJOB (Redis: LPUSH)", "max-ratio", 1.1, rtt(1)),
+    Metric("rtt", "round trip p50, one connection: GETJOB (Redis: BRPOPLPUSH)", "max-ratio", 1.1,
            rtt(2)),
-    Metric("rtt", "round trip, one connection: ACKJOB (Redis: LREM)", "max-ratio", 1.1, rtt(3)),
+    Metric("rtt", "round trip p50, one connection: ACKJOB (Redis: LREM)", "max-ratio", 1.1, rtt(3)),
     Metric("aof-everysec", "ADDJOB, appendfsync everysec, -c 50 (Redis: LPUSH)", "min-ratio",
            1.0, durable("everysec", 1, 200_000)),
     Metric("aof-everysec-p16", "ADDJOB, appendfsync everysec, -c 50 -P 16", "min-ratio", 1.2,
