@@ -81,7 +81,7 @@ def decode_call(job: Job) -> tuple[tuple, dict, dict | None]:
     body = job.body
     if not isinstance(body, list) or len(body) > 3:
         return (body,), {}, None
-    args = body[0] if body else ()
+    args = body[0] if body else []
     kwargs = body[1] if len(body) > 1 else {}
     meta = body[2] if len(body) > 2 else None
     if not isinstance(args, list) or not isinstance(kwargs, dict) or not (

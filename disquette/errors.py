@@ -163,7 +163,7 @@ class JobTimeout(Exception):
         self.seconds = seconds
 
 
-class JobError(Exception):
+class JobError(DisqueError):
     """What ``job.result()`` raises when the job's handler failed for the
     last time (dead-lettered): ``type`` (the exception's class name),
     ``message`` and ``traceback`` (text), as the worker sent them."""
