@@ -351,37 +351,49 @@ class AppWorker(Worker):
         timeout = meta["t"] if "t" in meta else task.option("timeout")
         route = meta.get("r")
         limiter = self.limiters.get(task.queue)
-        slot = await limiter.acquire() if limiter is not None else None
+        release = None
+        if limiter is not None:
+            slot = await limiter.acquire()
+            release = functools.partial(limiter.release, slot)
         try:
-            value = await self._call(task, job, args, kwargs, timeout)
+            value = await self._call(task, job, args, kwargs, timeout, release)
         except Exception as e:
             if route is not None and self.policy.after_failure(job, e) is not None:
                 await send_result(self._aclient, route, error_reply(job.id, e))
             raise
-        finally:
-            if slot is not None:
-                await limiter.release(slot)  # type: ignore[union-attr]
         if route is not None:
             await send_result(self._aclient, route, ok_reply(job.id, value))
         return value
 
     async def _call(self, task: Task, job: Job, args: tuple, kwargs: dict,
-                    timeout: float | None) -> Any:
+                    timeout: float | None, release: Callable[[], Any] | None) -> Any:
+        """The function's call; ``release`` (a limit's slot) once it is over."""
         if task.is_async:
-            if not timeout:
-                return await task.fn(*args, **kwargs)
             try:
-                async with asyncio.timeout(timeout) as limit:
+                if not timeout:
                     return await task.fn(*args, **kwargs)
-            except TimeoutError:
-                if limit.expired():
-                    raise JobTimeout(timeout) from None
-                raise
+                try:
+                    async with asyncio.timeout(timeout) as limit:
+                        return await task.fn(*args, **kwargs)
+                except TimeoutError:
+                    if limit.expired():
+                        raise JobTimeout(timeout) from None
+                    raise
+            finally:
+                if release is not None:
+                    await release()
         # A def function: in a thread, in this job's context (current_job()),
-        # with job.working() through the worker's loop.
+        # with job.working() through the worker's loop.  A time limit or a lost
+        # lease stops the wait, not the thread: its slot is given back when the
+        # thread ends.
         job._client = self._bridge
-        call = functools.partial(contextvars.copy_context().run, task.fn, *args, **kwargs)
-        running = asyncio.get_running_loop().run_in_executor(self._threads, call)
+        loop = asyncio.get_running_loop()
+        thread = self._threads.submit(  # type: ignore[union-attr]
+            contextvars.copy_context().run, functools.partial(task.fn, *args, **kwargs))
+        if release is not None:
+            thread.add_done_callback(
+                lambda _: loop.call_soon_threadsafe(self._spawn, release()))
+        running = asyncio.wrap_future(thread)
         if not timeout:
             return await running
         try:
