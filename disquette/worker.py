@@ -338,8 +338,9 @@ class Worker:
     def run_until_empty(self, timeout: float | None = None) -> None:
         """For tests: serve until the queues are empty (on the worker's node)
         and nothing is in flight, then stop as ``stop()`` does and return.
-        Jobs waiting for their DELAY or RETRY are not waited for.  Raises
-        TimeoutError (after stopping) if that takes over ``timeout`` seconds."""
+        Jobs waiting for their DELAY or RETRY are not waited for (those kept
+        for a ``backoff`` are).  Raises TimeoutError (after stopping) if that
+        takes over ``timeout`` seconds."""
         self._run_loop(self.serve_until_empty(timeout))
 
     async def serve_until_empty(self, timeout: float | None = None) -> None:
@@ -446,7 +447,7 @@ class Worker:
                 await self._return_jobs(jobs)
                 return
             if not jobs and self._until_empty:
-                if not (self._inflight or self._buffer or self._fetching):
+                if not (self._inflight or self._buffer or self._fetching or self._held):
                     self._request_stop(False)  # nothing queued, nothing running: done
                     return
                 self._slot_free.clear()  # something runs: look again when it ends
@@ -890,7 +891,11 @@ class Worker:
                 run.touching = True
                 self._spawn(self._touch(run))
         if due:
-            self._spawn(self._nack(due))
+            self._spawn(self._nack_held(due))
+
+    async def _nack_held(self, jobs: list[Job]) -> None:
+        await self._nack(jobs)
+        self._slot_free.set()  # run_until_empty: they are queued again, look again
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
