@@ -80,10 +80,15 @@ class WorkerMetrics:
                 durations = self.durations[queue] = _Durations()
             durations.add(seconds, n)
 
-    def succeeded(self, runs: Iterable[Any], now: float) -> None:
+    def succeeded(self, runs: list[Any], now: float) -> None:
         """The jobs of a batch that succeeded together (each with ``job`` and
-        ``started``): counted by runs of the same queue and start time (one
-        GETJOB's jobs share both), not one by one."""
+        ``started``), counted together: one GETJOB's jobs share their start
+        and, mostly, their queue."""
+        queues = [run.job.queue for run in runs]
+        first = runs[0]
+        if queues.count(first.job.queue) == len(queues):
+            self.finished(first.job.queue, "ok", now - first.started, len(queues))
+            return
         queue: str | None = None
         started = 0.0
         n = 0

@@ -31,6 +31,9 @@ def test_tasks_get_their_calls_and_stay_callable(dnode, wait_until):
 
     @app.job("sms")
     async def send_sms(*numbers):
+        job = current_job()
+        await asyncio.sleep(0.01)  # others run meanwhile: each keeps its own job
+        assert current_job() is job and job.queue == "sms"
         calls.append(("send_sms", numbers))
 
     assert send_email(1, subject="direct") is None  # still a function
