@@ -17,6 +17,7 @@ import pytest
 from disquette import Client
 from tests.conftest import _FACTORIES
 from tests.harness import WAIT_TIMEOUT, NodeFactory, NodeProcess, module_factory
+from tests.sdk.cli_worker import cli_workers as workers  # noqa: F401 (a fixture: killed at the end)
 from tests.sdk.test_cli import disquette_exe
 
 pytestmark = pytest.mark.xdist_group("sdk_app_cluster")
@@ -97,14 +98,6 @@ def trio(request, app_factory, app_cluster) -> list[NodeProcess]:
     for n in app_cluster:
         n.client().execute_command("DEBUG", "FLUSHALL")
     return app_cluster
-
-
-@pytest.fixture
-def workers() -> Iterator[list[AppWorker]]:
-    started: list[AppWorker] = []
-    yield started
-    for w in started:
-        w.kill()
 
 
 def test_periodic_ticks_once_each_while_workers_die(trio, tmp_path, workers, wait_until):
