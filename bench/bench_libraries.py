@@ -36,16 +36,22 @@ arq is left out: its releases need redis-py < 6, the project's is 8.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout's disquette
 
+import redis  # noqa: E402
 from common import load_average, start_disquette, start_redis  # noqa: E402
+from rq import Queue  # noqa: E402  (the bench extra)
+
+from disquette import Client  # noqa: E402
 
 COUNTER = '''
 import itertools, os, time
@@ -111,35 +117,32 @@ def exe(name: str) -> str:
 
 
 def produce_disquette(addr: str, n: int, app: bool = False) -> None:
-    from disquette import Client
-
     c = Client(addr)
     body = b"[]" if app else b"x"
     c.add_jobs([("q", body)] * n, timeout_ms=0)
     c.close()
 
 
-def produce_celery(url: str, n: int) -> None:
-    import t_celery  # noqa: the tasks module, from the run's directory
+def tasks(name: str) -> object:
+    """A tasks module of the run's directory (written by main)."""
+    return importlib.import_module(name)
 
+
+def produce_celery(url: str, n: int) -> None:
+    t_celery: Any = tasks("t_celery")
     with t_celery.app.producer_or_acquire() as producer:
         for _ in range(n):
             t_celery.noop.apply_async(producer=producer)
 
 
 def produce_dramatiq(url: str, n: int) -> None:
-    import t_dramatiq  # noqa
-
+    t_dramatiq: Any = tasks("t_dramatiq")
     for _ in range(n):
         t_dramatiq.noop.send()
 
 
 def produce_rq(url: str, n: int) -> None:
-    import redis
-    from rq import Queue
-
-    import t_rq  # noqa
-
+    t_rq: Any = tasks("t_rq")
     q = Queue(connection=redis.Redis.from_url(url))
     for start in range(0, n, 1000):
         q.enqueue_many([Queue.prepare_data(t_rq.noop) for _ in range(min(1000, n - start))])
@@ -221,8 +224,6 @@ def main(argv: list[str] | None = None) -> int:
     node, redis_server = start_disquette(), start_redis()
     addr = f"127.0.0.1:{node.port}"
     url = f"redis://127.0.0.1:{redis_server.port}/0"
-    import redis
-
     flush = {"disquette": lambda: redis.Redis(port=node.port).execute_command(
                  "DEBUG", "FLUSHALL"),
              "redis": lambda: redis.Redis(port=redis_server.port).flushall()}
