@@ -317,32 +317,45 @@ class AppWorker(Worker):
                                                thread_name_prefix="disquette-worker")
         side: list[asyncio.Task[Any]] = []
 
-        async def started() -> None:  # once serve() made the worker's AsyncClient
+        def start(coro: Any) -> None:
+            task = loop.create_task(coro)
+            task.add_done_callback(self._side_ended)
+            side.append(task)
+
+        async def started() -> None:  # the schedules, once serve() made its AsyncClient
             while getattr(self, "_aclient", None) is None:
                 await asyncio.sleep(0.01)
-            for limiter in self.limiters.values():
-                await limiter.start(self._aclient)
-                side.append(loop.create_task(limiter.keep()))
             for name, task, schedule, ttl in self.app.periodic_jobs:
                 if task.queue in self.tasks:
-                    side.append(loop.create_task(schedule_loop(
-                        self._aclient, name, task.queue, schedule,
-                        lambda tick: encode_call((), {}, {"tick": tick}), ttl,
-                        task.option("retry") or 60)))
+                    start(schedule_loop(self._aclient, name, task.queue, schedule,
+                                        lambda tick: encode_call((), {}, {"tick": tick}), ttl,
+                                        task.option("retry") or 60))
 
         self._aclient = None  # type: ignore[assignment]
-        starter = loop.create_task(started())
+        for limiter in self.limiters.values():
+            start(limiter.keep())
+        start(started())
         try:
             await super().serve()
         finally:
-            starter.cancel()
             for t in side:
                 t.cancel()
-            await asyncio.gather(starter, *side, return_exceptions=True)
+            ended = await asyncio.gather(*side, return_exceptions=True)
             for limiter in self.limiters.values():
                 await limiter.close()
             if self._threads is not None:
                 self._threads.shutdown(wait=False, cancel_futures=True)
+        for error in ended:  # a bug of ours in a schedule or a limit: raise it
+            if isinstance(error, Exception):
+                raise error
+
+    def _side_ended(self, task: asyncio.Task[Any]) -> None:
+        """A schedule or a slot keeper ended on its own: a bug of ours, which
+        stops the worker (serve() raises it) rather than leave it running
+        without them."""
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%r failed: stopping the worker", task, exc_info=task.exception())
+            self._request_stop(False)
 
     def _backoff_of(self, job: Job) -> Backoff | None:
         """The backoff of a failed job: its call's, its task's, the App's."""
@@ -368,7 +381,7 @@ class AppWorker(Worker):
         limiter = self.limiters.get(task.queue)
         release = None
         if limiter is not None:
-            slot = await limiter.acquire()
+            slot = await limiter.acquire(self._aclient)
             release = functools.partial(limiter.release, slot)
         try:
             value = await self._call(task, job, args, kwargs, timeout, release)

@@ -53,10 +53,6 @@ class Limiter:
         self._made = False
         self._lock: asyncio.Lock | None = None
 
-    async def start(self, aclient: Any) -> None:
-        self._aclient = aclient
-        self._lock = asyncio.Lock()
-
     async def _make_slots(self) -> None:
         for i in range(self.limit):
             await add_once(self._aclient, self.slots, {"slot": i, "limit": self.limit},
@@ -64,9 +60,12 @@ class Limiter:
                            retry=self.retry)
         self._made = True
 
-    async def acquire(self) -> Job:
-        """Wait for a slot (one taker at a time in this worker)."""
-        assert self._lock is not None, "Limiter.start first"
+    async def acquire(self, aclient: Any) -> Job:
+        """Wait for a slot (one taker at a time in this worker), through
+        ``aclient`` (the worker's, in its event loop)."""
+        self._aclient = aclient
+        if self._lock is None:
+            self._lock = asyncio.Lock()
         async with self._lock:
             if not self._made:
                 await self._make_slots()
@@ -96,7 +95,8 @@ class Limiter:
                         slot.id, self.queue, e)
 
     async def keep(self) -> None:
-        """WORKING for the slots held, every half RETRY (a Task of the worker)."""
+        """WORKING for the slots held, every half RETRY (a Task of the worker:
+        the slots are taken through its client)."""
         while True:
             await asyncio.sleep(KEEP_TICK)
             now = time.monotonic()

@@ -20,6 +20,7 @@ twice (at least once delivery) may answer twice: the first answer counts.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 import traceback as tb_module
@@ -27,8 +28,10 @@ import uuid
 from typing import Any
 
 from .commands import Request, _parse_jobs, addjob_request, getjob_request
-from .errors import JobError
+from .errors import DisqueError, JobError
 from .job import Job
+
+log = logging.getLogger("disquette.results")
 
 REPLY_POLL_MS = 1000  # one GETJOB of the reply queue blocks this long at most
 NO_VALUE: Any = object()
@@ -148,11 +151,16 @@ class EnqueuedJob:
 
 async def send_result(aclient: Any, route: Any, reply: list[Any]) -> None:
     """The worker's side: add ``reply`` to the producer's reply queue, on its
-    node first.  A value the serializer cannot write goes back as an error."""
+    node first.  A value the serializer cannot write goes back as an error.
+    A result that cannot be added is lost (logged), not the job's failure:
+    the job is done, and running it again would not help its reader."""
     queue, node, ttl = route
     try:
         raw = aclient.serializer.encode(reply)
     except (TypeError, ValueError) as e:
         raw = aclient.serializer.encode(error_reply(reply[0], e))
     req = addjob_request(aclient.serializer, queue, raw, 5000, {"ttl": ttl})
-    await aclient._run(req._replace(node=node))
+    try:
+        await aclient._run(req._replace(node=node))
+    except DisqueError as e:
+        log.warning("result of job %s not sent to %s (%s)", reply[0], queue, e)

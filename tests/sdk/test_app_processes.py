@@ -1,20 +1,21 @@
 """An App's workers as a user runs them: ``disquette worker tasks:app``
 processes on a real 3-node cluster, killed with SIGKILL mid-run: periodic
 jobs (no tick missed, none doubled), max_running across workers, a backoff
-through a crash; ``--exec`` and ``--processes``."""
+through a crash; ``--exec`` and ``--processes``; a result across nodes."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from disquette import Client
+from disquette import App, Client
 from tests.conftest import _FACTORIES
 from tests.harness import WAIT_TIMEOUT, NodeFactory, NodeProcess, module_factory
 from tests.sdk.cli_worker import cli_workers as workers  # noqa: F401 (a fixture: killed at the end)
@@ -230,3 +231,25 @@ def test_processes_share_the_work_and_stop_together(trio, tmp_path, workers, wai
     assert sup.stop() == 0
     for pid in pids:  # the children are gone too
         wait_until(lambda: not os.path.exists(f"/proc/{pid}"))
+
+
+def test_a_result_crosses_nodes_to_its_producer(trio):
+    """The worker on another node than the producer adds the result on the
+    producer's node: its blocking GETJOB gets it without federation."""
+    producer = App(Client(trio[0].addr))
+    worker_app = App(Client(trio[1].addr))
+    for app in (producer, worker_app):
+        app.job("squares", results=True)(square)
+    job = producer.tasks["squares"].enqueue(12)
+    worker = worker_app.worker(poll_ms=200)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        assert job.result(timeout=WAIT_TIMEOUT) == 144
+    finally:
+        worker.stop()
+        thread.join(WAIT_TIMEOUT)
+
+
+async def square(n):
+    return n * n
