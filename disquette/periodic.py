@@ -10,8 +10,9 @@ single point of failure and, doubled by mistake, a double run.
 Ticks are computed from the wall clock, the same on every machine: cron
 expressions (cronsim) in UTC unless ``tz`` is given, or ``every`` seconds
 counted from the Unix epoch.  A worker adds the ticks that fall while it
-runs (a late one, after a pause, still adds each tick it missed; a worker
-that starts adds none from before its start).  The job's body carries the
+runs (a late one, after a pause, still adds each tick it missed, up to half
+the tick's TTL late, while the key of another worker's add is surely
+remembered; a worker that starts adds none from before its start).  The job's body carries the
 tick (``disquette.current_tick()`` in the handler).
 """
 
@@ -79,13 +80,20 @@ async def schedule_loop(aclient: Any, name: str, queue: str, schedule: Schedule,
         wait = tick - time.time()
         if wait > 0:
             await asyncio.sleep(wait)
+        elif -wait > ttl / 2:
+            # Late by half the TTL (the process was stopped?): another
+            # worker's add of this tick may be forgotten by now (its key
+            # lives for the TTL), so adding it could run it twice.
+            log.warning("periodic %s: tick %s skipped, %.0f s late", name, tick, -wait)
+            tick = schedule.next_after(tick)
+            continue
         while True:
             try:
                 await add_once(aclient, queue, body_of(tick), tick_key(name, tick), ttl=ttl,
                                retry=retry)
                 break
             except DisqueError as e:
-                if time.time() - tick > ttl:
+                if time.time() - tick > ttl / 2:
                     log.error("periodic %s: tick %s not added (%s); giving up after its TTL",
                               name, tick, e)
                     break
