@@ -83,7 +83,7 @@ def current_job() -> Job | None:
 
 def current_tick() -> datetime | None:
     """In a periodic task: the tick its job was made for (UTC), else None."""
-    job = _current_job.get()
+    job = current_job()
     if job is None:
         return None
     _, _, meta = decode_call(job)
