@@ -33,7 +33,7 @@ from broker import aof_format as fmt
 from broker.job import FLAG_DELIVERED, Job, holders_of
 from cluster.membership import Membership
 from protocol import disque_aof
-from server.aof_files import fsync_dir, unlink_quietly, write_all
+from server.aof_files import fsync_dir, unlink_quietly
 
 DISQUE_BUS_OFFSET = 10000       # Disque's bus port: its port + 10000
 # Disque's nodes.conf flags a Disquette node keeps at start; the others
@@ -132,14 +132,13 @@ def write_new(path: str, data: bytes) -> None:
     if os.path.lexists(path):
         raise FileExistsError(f"{path} exists: move it away first")
     tmp = f"{path}.tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        write_all(fd, data)
-        os.fsync(fd)
+        with open(tmp, "xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
     except BaseException:
-        os.close(fd)
         unlink_quietly(tmp)
         raise
-    os.close(fd)
-    os.replace(tmp, path)
     fsync_dir(path)
