@@ -58,17 +58,18 @@ def test_a_slow_command_is_a_command_event(node, protocol):
     before = int(time.time())
     c.execute_command("DEBUG", "SLEEP", "0.3")
     (event, at, ms, high), = c.execute_command("LATENCY", "LATEST")
-    assert (event, ms, high) == (b"command", 300, 300)
+    # 300 ms, more on a busy machine (time.sleep may oversleep).
+    assert event == b"command" and 300 <= ms < 1000 and high == ms
     assert before <= at <= time.time()
-    assert c.execute_command("LATENCY", "HISTORY", "command") == [[at, 300]]
+    assert c.execute_command("LATENCY", "HISTORY", "command") == [[at, ms]]
     assert c.execute_command("LATENCY", "HISTORY", "COMMAND") == []     # names: exact case
     # DOCTOR's period: seconds since the oldest sample (at least 1) per sample.
     doctor = c.execute_command("LATENCY", "DOCTOR")
     m = re.search(rb"period (\d+\.\d\d) sec", doctor)
-    assert doctor == SPIKES % m.group(1)
+    assert doctor == SPIKES.replace(b"300", b"%d" % ms) % m.group(1)
     graph = c.execute_command("LATENCY", "GRAPH", "command")
-    assert graph.startswith(b"command - high 300 ms, low 300 ms (all time high 300 ms)\n"
-                            + b"-" * 80 + b"\n \n \n \n_\n \n")
+    assert graph.startswith(b"command - high %d ms, low %d ms (all time high %d ms)\n" % (
+        ms, ms, ms) + b"-" * 80 + b"\n \n \n \n_\n \n")
     assert c.execute_command("LATENCY", "RESET", "COMMAND", "nothing") == 1
     assert c.execute_command("LATENCY", "LATEST") == []
     # Back to 0: nothing is measured any more.
