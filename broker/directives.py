@@ -153,16 +153,16 @@ class Directives:
             "node is not reachable from the network.")
     unixsocket: str = directive(
         String(), "", runtime=False,
-        doc="Path of a Unix socket to listen on as well; empty for none.")
+        doc="Accepted for compatibility, ignored: no Unix socket is opened (clients connect over TCP).")
     unixsocketperm: int = directive(
         Octal(), 0, runtime=False,
-        doc="Permissions of the Unix socket, in octal; 0 leaves the umask's.")
+        doc="Accepted for compatibility, ignored (see unixsocket).")
     timeout: int = directive(
         Integer(0, message="Invalid timeout value"), 0, runtime=True,
         doc="Close a client idle this many seconds; 0 never.")
     tcp_keepalive: int = directive(
         Integer(0, message="Invalid tcp-keepalive value"), 0, runtime=True,
-        doc="SO_KEEPALIVE interval in seconds on client sockets; 0 disables.")
+        doc="Accepted for compatibility, ignored: client sockets get no SO_KEEPALIVE.")
     loglevel: str = directive(
         Enum(("debug", "verbose", "notice", "warning"),
              message="Invalid log level. Must be one of debug, verbose, notice, warning"),
@@ -173,16 +173,16 @@ class Directives:
         doc="Log file, relative to dir; empty logs to standard output.")
     syslog_enabled: bool = directive(
         Bool(), False, runtime=False,
-        doc="Also log to syslog.")
+        doc="Accepted for compatibility, ignored: the log goes to logfile (or standard output) only.")
     syslog_ident: str = directive(
         String(), "disque", runtime=False,
-        doc="Syslog identity.")
+        doc="Accepted for compatibility, ignored (see syslog-enabled).")
     syslog_facility: str = directive(
         Enum(("user", "local0", "local1", "local2", "local3",
               "local4", "local5", "local6", "local7"),
              message="Invalid log facility. Must be one of USER or between LOCAL0-LOCAL7"),
         "local0", runtime=False,
-        doc="Syslog facility.")
+        doc="Accepted for compatibility, ignored (see syslog-enabled).")
     dir: str = directive(
         String(check=_not_empty("dir")), ".", runtime=True,
         doc="Working directory: AOF, cluster config file and log live here. A relative "
@@ -340,7 +340,7 @@ class Directives:
     # -- advanced
     hz: int = directive(
         Integer(MIN_HZ, MAX_HZ, clamp=True), 10, runtime=True,
-        doc="Background task frequency; clamped to 1..500 as in Redis.")
+        doc="Accepted for compatibility (clamped to 1..500 as in Redis, shown by INFO): the node's background tasks run on their own schedule.")
     client_output_buffer_limit: dict[str, OutputBufferLimit] = directive(
         OutputBufferLimits(),
         {"normal": OutputBufferLimit(0, 0, 0),
@@ -348,7 +348,8 @@ class Directives:
          "pubsub": OutputBufferLimit(32 * _MB, 8 * _MB, 60)},
         runtime=True,
         doc="Disconnect clients whose pending output exceeds hard, or soft for "
-            "soft-seconds; per class normal, slave (MONITOR), pubsub.")
+            "soft-seconds. The normal class applies to every client (MONITOR included); "
+            "slave and pubsub (no such clients here) are accepted for compatibility.")
     client_query_buffer_limit: int = directive(
         Memory(_MB, message="client-query-buffer-limit must be at least 1mb"), _GB, runtime=True,
         doc="Disconnect a client whose unparsed input exceeds this.")

@@ -115,7 +115,10 @@ class AppendOnlyFile:
         if self.fd is not None and self.unsynced:
             rewriting = self.rewrite is not None
             if fsync or self.policy.fsync_before_replies(rewriting):
+                started = self._latency_start()
                 self._fsync_now()
+                if not fsync:
+                    self._latency_end("aof-fsync-always", started)
             else:
                 self._fsync_if_due(rewriting)
         if (self.rewrite is None and self.state == "on"
@@ -140,6 +143,7 @@ class AppendOnlyFile:
             return
         view = memoryview(data)
         done = 0
+        started = self._latency_start()
         try:
             while done < len(view):
                 done += os.write(self.fd, view[done:])
@@ -154,11 +158,20 @@ class AppendOnlyFile:
             self.outbuf = bytes(view[done:])
             self._write_failed(e)
             return
+        self._latency_end("aof-write", started)
         self.current_size += done
         self.unsynced = True
         if self.policy.write_succeeded(self.node):
             log.warning("AOF write error looks solved, Disquette can write again.")
         self.last_write_status = "ok"
+
+    # LATENCY's events (broker/latency.py), timed only while the monitor is on.
+    def _latency_start(self) -> int:
+        return time.monotonic_ns() if self.node.latency_threshold_ns else 0
+
+    def _latency_end(self, event: str, started: int) -> None:
+        if started:
+            self.node.latency_sample(event, (time.monotonic_ns() - started) // 1_000_000)
 
     def _write_failed(self, e: OSError) -> None:
         self.last_write_status = "err"
@@ -324,10 +337,14 @@ class AppendOnlyFile:
         """Swap the rewritten file in (in the event loop, synchronously)."""
         self.flush()        # whatever is pending goes to the old file and the rewrite
         try:
+            started = self._latency_start()
             rw.write_captured()
+            self._latency_end("aof-rewrite-diff-write", started)
             if self.policy.fsync_before_replies(rewriting=False):
                 os.fsync(rw.fd)
+            started = self._latency_start()
             os.replace(rw.tmp, self.path)
+            self._latency_end("aof-rename", started)
             new_fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         except OSError as e:
             rw.abort()

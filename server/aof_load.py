@@ -13,6 +13,7 @@ import time
 
 from broker import aof_format as fmt
 from server.aof_files import create_empty
+from server.disque_import import disque_aof_hint
 
 log = logging.getLogger("server.aof")
 
@@ -87,7 +88,9 @@ def read_file_now(path: str, loader: fmt.Loader):
 
 def corrupt_message(path: str, e: fmt.CorruptAOF) -> str:
     if isinstance(e, fmt.BadHeader):
-        return f"Bad file format reading the append only file {path}: {e}"
+        hint = disque_aof_hint(path)
+        return (f"Bad file format reading the append only file {path}: {e}"
+                + (f". {hint}" if hint else ""))
     return (f"Bad file format reading the append only file {path}: {e}. "
             f"Make a backup of it, then run disquette-check-aof --fix {path} "
             f"(or investigate: the damage is not a torn last record)")
