@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 
-from broker.config import Config
+from broker.config import AppendFsync, Config
 from broker.job import ACKED
 from cluster.outputs import DropLink, Send
 from protocol import bus as B
@@ -72,7 +72,7 @@ class BrokerSimNode(InProcessNode):
                 continue        # confirms an ack (a dummy one is never logged), not a copy
             if job is not None and job.etime <= self.clock.now:
                 continue        # expired: an AOF rewrite drops it, as a load would
-            if not self.host.disk.holds(jid, self.config.appendfsync == "always"):
+            if not self.host.disk.holds(jid, self.config.appendfsync is AppendFsync.ALWAYS):
                 self.sim.violations.append(
                     f"{self.host.name} confirmed a copy of {jid!r} it has not logged")
 

@@ -22,7 +22,7 @@ from broker import aof_format as fmt
 from broker import lifecycle
 from broker.aof_policy import AOFPolicy
 from broker.commands import COMMANDS
-from broker.config import Config
+from broker.config import AppendFsync, Config
 from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, FLAG_HELD, HELD, Job, holders_of, make_job_id
 from broker.node import Node
 from server import aof as aof_mod
@@ -652,7 +652,7 @@ def test_the_file_writer_decides_by_its_policy_object(tmp_path, monkeypatch):
     (tests/sim/test_disk_sim.py): change the object, the writer follows."""
     monkeypatch.chdir(tmp_path)
     node = new_node()
-    node.config.appendfsync = "always"
+    node.config.appendfsync = AppendFsync.ALWAYS
     c = node.new_client()
     aof = file_writer(node)
     assert type(aof.policy) is AOFPolicy
