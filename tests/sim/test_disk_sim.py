@@ -19,10 +19,11 @@ import pytest
 from broker import aof_format as fmt
 from broker.aof_format import FILE_HEADER_SIZE, REC_HEADER_SIZE, file_header
 from broker.aof_policy import EVERYSEC_MS, AOFPolicy
-from cluster.sim import SimDisk, Simulation
+from server.sim.disk import SimDisk
+from server.sim.simulation import Simulation
 from protocol.resp import Error, Status
-from server.sim_node import broker_factory
-from tests.sim.workload import Workload
+from server.sim.broker_node import broker_factory
+from server.sim.workload import Workload
 
 
 def one_node(policy=None, **directives):
@@ -380,7 +381,7 @@ def test_a_power_cut_mid_write_loses_only_what_the_policy_allows(chunk):
 
 
 class DamagedDiskWorkload(Workload):
-    """The seeded cluster workload (tests/sim/workload.py) under appendfsync
+    """The seeded cluster workload (server/sim/workload.py) under appendfsync
     always, where one fault is a host whose disk is damaged while it is down
     (cut, a bit flipped, a record written twice), recovered as an operator
     does: restart; if it refuses, ``disquette-check-aof --fix --force`` and
@@ -391,7 +392,6 @@ class DamagedDiskWorkload(Workload):
         super().__init__(seed, fsync="always")
         self.disk_rng = random.Random(seed ^ 0xD15C)
         self.damaged: str | None = None
-        self.damaged_at = 0
         self.refusals: list[str] = []
 
     def fault(self) -> None:
@@ -404,7 +404,7 @@ class DamagedDiskWorkload(Workload):
         rng = self.disk_rng
         victim = self.damaged = rng.choice(self.names)
         self.sim.crash(victim)
-        self.crashed_at[victim].append(self.sim.now)
+        self.crashed(victim)
         disk = self.sim.hosts[victim].disk
         records = disk.records()
         if records:
@@ -415,16 +415,8 @@ class DamagedDiskWorkload(Workload):
                 disk.flip_bit(rng.randrange(FILE_HEADER_SIZE * 8, records[-1][1] * 8))
             else:
                 disk.duplicate(*rng.choice(records))
-        self.damaged_at = self.sim.now
+        self.checker.disk_damaged(victim, self.sim.now)
         self.later(rng.randint(200, 3000), lambda: self.restart(victim))
-
-    def ack_lost(self, jid: bytes, name: str) -> bool:
-        """The damage may have cut the ack's record: a RETRY 0 job acked
-        before it comes back active on the damaged host (never queued again
-        by a load, it waits for its TTL, as after an everysec crash)."""
-        t = self.acked_at.get(jid)
-        return super().ack_lost(jid, name) or (
-            name == self.damaged and t is not None and t <= self.damaged_at)
 
     def restart(self, name: str) -> None:
         host = self.sim.hosts[name]

@@ -1,5 +1,6 @@
-"""A whole broker node (server/inprocess.py: Node + Cluster + the output driver,
-composed as the process's: server/compose.py) as a simulator node (cluster/sim.py).
+"""A whole broker node (server/sim/inprocess.py: Node + Cluster + the output
+driver, composed as the process's: server/compose.py) as a simulator node
+(server/sim/simulation.py).
 
 The simulator drives anything with ``node_id``, ``handle_message``, ``tick`` and
 optionally ``next_deadline``/``link_up``/``link_down``, each returning the
@@ -10,8 +11,9 @@ hands the messages to the simulator. Scenarios run client commands
 (``command``) whose replies, immediate or later (blocked GETJOB, sync ADDJOB),
 go to a callback.
 
-Checked on every message the node sends (``sim.violations``): a GOTJOB never
-confirms a copy the node has not logged, when it logs (appendonly yes).
+Checked on every message the node sends (``sim.violations``, by the checker's
+``unlogged_copies``): a GOTJOB never confirms a copy the node has not logged,
+when it logs (appendonly yes).
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ from __future__ import annotations
 import random
 
 from broker.config import AppendFsync, Config
-from broker.job import ACKED
 from cluster.outputs import DropLink, Send
-from protocol import bus as B
 from server.clock import SteadyClock
 from server.disk_aof import ProcessExit
-from server.inprocess import InProcessNode, Replies, VirtualClock
+from server.sim.checker import unlogged_copies
+from server.sim.clock import VirtualClock
+from server.sim.inprocess import InProcessNode, Replies
 
 
 class BrokerSimNode(InProcessNode):
@@ -49,7 +51,11 @@ class BrokerSimNode(InProcessNode):
     # -- the driver's bus: messages go back to the simulator ---------------------
     def send_output(self, out: Send) -> None:
         if self.driver.aof is not None and self.sim is not None:
-            self._check_logged(out.msg)
+            synced_only = self.config.appendfsync is AppendFsync.ALWAYS
+            for jid in unlogged_copies(out.msg, self.node, self.clock.now,
+                                       lambda jid: self.host.disk.holds(jid, synced_only)):
+                self.sim.violations.append(
+                    f"{self.host.name} confirmed a copy of {jid!r} it has not logged")
         self.out.append(out)
 
     def drop_link(self, node_id, forget) -> None:
@@ -57,24 +63,6 @@ class BrokerSimNode(InProcessNode):
 
     def _save_nodes_conf(self, text: str) -> None:
         self.host.saved = text
-
-    def _check_logged(self, msg) -> None:
-        if msg.type == B.GOTJOB:
-            ids = [msg.payload]
-        elif msg.type == B.BATCH:
-            p = msg.payload
-            ids = [p[i + 1] for i in range(0, len(p), 2) if p[i] == B.GOTJOB]
-        else:
-            return
-        for jid in ids:
-            job = self.node.get_job(jid)
-            if job is not None and job.state == ACKED:
-                continue        # confirms an ack (a dummy one is never logged), not a copy
-            if job is not None and job.etime <= self.clock.now:
-                continue        # expired: an AOF rewrite drops it, as a load would
-            if not self.host.disk.holds(jid, self.config.appendfsync is AppendFsync.ALWAYS):
-                self.sim.violations.append(
-                    f"{self.host.name} confirmed a copy of {jid!r} it has not logged")
 
     def _outputs(self) -> list:
         out, self.out = self.out, []

@@ -7,7 +7,7 @@ What it is for:
 - fast tests of argument parsing and reply shapes, driven on the node directly
   (``node.call("ADDJOB", "q", "x", 0)`` returns the reply value;
   ``node.resp("INFO", proto=3)`` the bytes a RESP client would read);
-- the simulator's broker nodes (server/sim_node.py), with a simulated disk;
+- the simulator's broker nodes (server/sim/broker_node.py), with a simulated disk;
 - any new shell's tests (HTTP...): they plug in exactly as that shell does in
   the process: ``client = node.new_client(conn)`` with ``conn`` an object having
   ``deliver(reply)`` (later replies: unblocked GETJOB, sync ADDJOB) and
@@ -29,16 +29,7 @@ from cluster.membership import Membership
 from protocol.resp import encode
 from server.compose import compose_node
 from server.disk_aof import DiskAOF
-
-
-class VirtualClock:
-    """Integer ms, moved by the caller."""
-
-    def __init__(self, start: int = 1_700_000_000_000) -> None:
-        self.now = start
-
-    def __call__(self) -> int:
-        return self.now
+from server.sim.clock import VirtualClock
 
 
 class Replies:
