@@ -27,8 +27,8 @@ from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, FLAG_HELD, HELD, Job, hold
 from broker.node import Node
 from server import aof as aof_mod
 from server import aof_rewrite, check_aof
-from server.aof_files import create_empty
 from server.aof_rewrite import snapshot_chunks
+from server.aof_runtime import process_runtime
 from tests.harness import WAIT_TIMEOUT
 
 T0 = 1_700_000_000_000
@@ -526,6 +526,16 @@ def test_check_tool_reports_and_fixes(tmp_path, log_image, capsys):
 
 
 # ------------------------------------------------------------------ rewrite
+def no_exit():
+    raise OSError("fatal AOF error")        # where the process would exit
+
+
+def file_aof(node, loop, policy=None):
+    """The process's writer on the test's loop, raising where the process exits."""
+    return aof_mod.AppendOnlyFile(node, node.config, process_runtime(loop, exit=no_exit),
+                                  policy=policy)
+
+
 class StepLoop:
     """Just enough of an event loop for AppendOnlyFile, driven by the test."""
 
@@ -571,8 +581,8 @@ def test_background_rewrite_while_jobs_come_and_go(tmp_path, monkeypatch, flusha
     clock = VirtualClock()
     node = new_node(clock)
     loop = StepLoop()
-    aof = aof_mod.AppendOnlyFile(node, node.config, loop, exit_on_fatal=False)
-    create_empty(aof.path)
+    aof = file_aof(node, loop)
+    aof.files.create_empty(aof.path)
     aof._open_append()
     aof.state = "on"
     attach(node, aof)
@@ -638,9 +648,8 @@ class RewriteKeepsNothing(AOFPolicy):
 
 
 def file_writer(node, policy=None):
-    aof = aof_mod.AppendOnlyFile(node, node.config, StepLoop(), exit_on_fatal=False,
-                                 policy=policy)
-    create_empty(aof.path)
+    aof = file_aof(node, StepLoop(), policy)
+    aof.files.create_empty(aof.path)
     aof._open_append()
     aof.state = "on"
     attach(node, aof)
@@ -753,7 +762,7 @@ def test_a_version_1_file_loads_and_gets_the_version_2_header(tmp_path, monkeypa
     jobs = pinned_jobs(3)
     (tmp_path / "disque.aof").write_bytes(fmt.file_header(version=1) + fmt.encode_jobs(jobs))
     node = new_node(VirtualClock(T0 + 1000))
-    aof = aof_mod.AppendOnlyFile(node, node.config, StepLoop(), exit_on_fatal=False)
+    aof = file_aof(node, StepLoop())
     asyncio.run(aof.load())
     assert node.job_count == 3
     data = (tmp_path / "disque.aof").read_bytes()
