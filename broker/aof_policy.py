@@ -2,9 +2,9 @@
 rewrite keeps, what a failed write does (SPEC section 7; redis.conf's
 ``appendfsync``, ``no-appendfsync-on-rewrite``, ``auto-aof-rewrite-*``).
 
-Written once for both writers: the file writer (server/aof.py) and the
-simulator's writer over a simulated disk (server/disk_aof.py) ask the same
-object, so every simulated seed tests the decisions production makes. It reads
+The writer (server/aof.py) asks this object, in the process and in the
+simulator (where it writes to a simulated disk: server/sim/), so every
+simulated seed tests the decisions production makes. It reads
 the Config at each decision (a CONFIG SET applies at once) and is told the time
 (ms) and the file sizes: it never reads a clock or touches a file.
 """

@@ -35,9 +35,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from broker.aof_format import AOFError
 from cluster.membership import Membership
 from cluster.outputs import DropLink, Link, NodeEvent, SaveConfig, Send
+from server.aof_load import AOFLoadError
 from server.sim.disk import SimDisk
 from server.sim.network import Network, NetworkConfig
 
@@ -45,10 +45,11 @@ __all__ = ["SimNode", "SimHost", "Simulation", "membership_factory"]
 
 
 class SimNode(Protocol):
-    """What the simulator drives. Optional methods, used when present:
+    """What the simulator drives. Optional, used when present:
     ``next_deadline(now) -> int | None`` (when to tick next; default: every
     ``tick_interval``), ``link_up(node_id, now) -> list`` and
-    ``link_down(node_id, now) -> list`` (the simulated connection state)."""
+    ``link_down(node_id, now) -> list`` (the simulated connection state), and
+    ``exited`` (the process exited: the simulator crashes the host)."""
 
     @property
     def node_id(self) -> str: ...
@@ -147,7 +148,8 @@ class Simulation:
         return host
 
     def crash(self, name: str) -> None:
-        """kill -9: the process and its memory are gone, its disk (saved) stays.
+        """The host goes down (kill -9, power lost): the process and its memory
+        are gone, its disk keeps what was fsynced (and nodes.conf, saved).
         Messages in flight to it are lost (their connections broke)."""
         host = self.hosts[name]
         if host.alive:
@@ -167,7 +169,7 @@ class Simulation:
         host = self.hosts[name]
         try:
             self.start(name)
-        except AOFError as e:
+        except AOFLoadError as e:
             host.alive = False
             host.node = None
             self._record("refused", name, str(e))
@@ -297,8 +299,8 @@ class Simulation:
         self._process(dst, dst.node.handle_message(link, msg, dst.now(self.now)))
 
     def _process(self, host: SimHost, outputs: list) -> None:
-        if host.disk.fatal:
-            self.crash(host.name)       # the process exits; its last outputs never left
+        if getattr(host.node, "exited", False):
+            self.crash(host.name)       # the process exited; its last outputs never left
             return
         work = deque([(host, outputs)])
         while work:

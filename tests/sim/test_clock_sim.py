@@ -27,11 +27,11 @@ import pytest
 from broker.job import Job
 from chaos.checker import STORM_DELIVERIES
 from cluster import replication
-from server.sim.simulation import Simulation
 from protocol import bus
 from protocol.resp import Status
 from server.clock import STEP_MS, SteadyClock
 from server.sim.broker_node import broker_factory
+from server.sim.simulation import Simulation
 from server.sim.workload import Workload, clock_fault
 from tests.unit.test_bus_frames import read_all, sample
 

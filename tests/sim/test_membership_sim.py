@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 
 from cluster.outputs import NODE_DELETED, NODE_FAIL, NODE_PFAIL, NODE_RECOVERED
+from protocol.bus import FLAG_FAIL, FLAG_HANDSHAKE, FLAG_NOADDR, FLAG_PFAIL
 from server.sim.network import NetworkConfig, bus_codec
 from server.sim.simulation import Simulation, membership_factory
-from protocol.bus import FLAG_FAIL, FLAG_HANDSHAKE, FLAG_NOADDR, FLAG_PFAIL
 
 T = 1000                  # cluster-node-timeout in the simulations (virtual ms)
 VALIDITY = 2 * T          # failure reports older than this are not counted
