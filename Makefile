@@ -47,7 +47,7 @@ HOST ?= 127.0.0.1
 PORTS ?= 7711 7712 7713
 # Each node also serves its HTTP API and dashboard on port + HTTP_OFFSET (8711...).
 HTTP_OFFSET ?= 1000
-BROKER ?= $(PY) -m broker
+BROKER ?= $(PY) -m server
 RUN_DIR ?= run
 
 BENCH_ARGS ?=
@@ -68,10 +68,13 @@ venv: $(VENV)/.installed
 # editable_mode=compat puts the checkout itself on sys.path (a .pth file), so
 # top-level modules are visible to pkgutil: PySpark finds the `disquette` data
 # source (pyspark_disquette.py) by listing them.
-# setup.py compiles the extensions in place (Cython: the request reader; mypyc:
-# the core modules it lists, typed against the modules they import): a changed
-# source rebuilds them.
-EXT_SOURCES := setup.py $(wildcard protocol/*.pyx protocol/*.pxd protocol/*.py broker/*.pyx broker/*.py broker/commands/*.py cluster/*.py server/driver.py server/resp.py)
+# setup.py compiles the extensions in place (Cython: the .pyx; mypyc: the
+# modules whose first line is "# compiled: mypyc...", typed against the modules
+# they import): a changed one rebuilds them. (A module unmarked keeps its
+# built .so, which still shadows it: `make clean venv`.)
+EXT_SOURCES := setup.py $(wildcard protocol/*.pyx protocol/*.pxd) $(shell awk \
+  'FNR == 1 { if (index($$0, "# compiled: mypyc") == 1) print FILENAME; nextfile }' \
+  $(wildcard protocol/*.py broker/*.py broker/commands/*.py cluster/*.py server/*.py server/http/*.py))
 
 $(VENV)/.installed: pyproject.toml $(EXT_SOURCES) | deps-build
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -161,11 +164,15 @@ run: venv
 	else echo "warning: the nodes did not all see each other within 20 s (see $(RUN_DIR)/<port>/stdout.log)" >&2; fi; \
 	wait
 
-# The benchmarks compare with pydisque and PySpark, from the test extra.
-bench: deps test-venv
+# The benchmarks compare with pydisque and PySpark, from the test extra, and
+# with Celery, dramatiq and RQ, from the bench extra (bench/bench_libraries.py,
+# which takes its own arguments: LIBS_ARGS="--jobs 20000").
+LIBS_ARGS ?=
+bench: deps test-venv $(VENV)/.bench-installed
 	$(PY) bench/bench_single.py $(BENCH_ARGS)
 	$(PY) bench/bench_cluster.py $(BENCH_ARGS)
 	$(PY) bench/bench_sdk.py $(BENCH_ARGS)
+	$(PY) bench/bench_libraries.py $(LIBS_ARGS)
 	$(PY) bench/bench_http.py $(BENCH_ARGS)
 
 # The compiled-core experiment (issue 17): Cython and mypyc builds of the same

@@ -103,7 +103,7 @@ def restart_and_time(srv: Server, directives: list[str]) -> tuple[float, float, 
     seconds from spawn to PONG, jobs)."""
     log_path = os.path.join(srv.dir, "stdout.log")
     start_len = os.path.getsize(log_path) if os.path.exists(log_path) else 0
-    argv = [sys.executable, "-m", "broker", "--port", str(srv.port), "--dir", srv.dir,
+    argv = [sys.executable, "-m", "server", "--port", str(srv.port), "--dir", srv.dir,
             *directives]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))

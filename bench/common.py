@@ -168,12 +168,12 @@ class Server:
 
 def start_disquette(*directives: str, port: int | None = None,
                     root: Path = REPO_ROOT) -> Server:
-    """``python -m broker --port P --dir D [--directive value ...]`` with this
+    """``python -m server --port P --dir D [--directive value ...]`` with this
     interpreter (``make bench`` runs the project venv), from the tree at ``root``
     (this checkout unless a script built another copy)."""
     port = port or free_port()
     d = temp_dir("disquette-bench-")
-    argv = [sys.executable, "-m", "broker", "--port", str(port), "--dir", d, *directives]
+    argv = [sys.executable, "-m", "server", "--port", str(port), "--dir", d, *directives]
     # The node runs in its temp dir: make the tree importable from there.
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))

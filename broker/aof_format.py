@@ -11,7 +11,7 @@ codec, shared with the job history's readers); this module encodes Job objects
 into records and loads records into a node.
 
 What the writer guarantees and the loader relies on: records are appended in
-the order things happened; a later J record for an id replaces the earlier one
+the order things happened; a later job record for an id replaces the earlier one
 (a rewrite may log a job twice); D/A/R records for unknown ids are ignored.
 
 Damage (protocol/aof_codec.py says what a torn tail is): the loader reports a
@@ -25,22 +25,21 @@ from __future__ import annotations
 
 from itertools import repeat
 
-import msgpack
-
 from broker import lifecycle
 from broker.job import (
     ACKED, ACTIVE, FLAG_DELIVERED, FLAG_DUMMY_ACK, JOB_ID_LEN, QUEUED, SHARDS, Job, holders_of,
-    job_shard,
+    job_shard, job_to_fields,
 )
 from broker.job import FLAG_HELD, HELD
 from broker.job import FLAG_KEY_ANSWERED  # (ext) kept by a load: see broker/lifecycle.py
+from protocol import job_record as field
 from protocol.aof_codec import (  # noqa: F401  (part of this module's interface)
-    FILE_HEADER, FILE_HEADER_SIZE, HISTORY_ONLY, MAGIC, READ_VERSIONS, REC_ACK, REC_DEL,
-    REC_DELIVERED, REC_EXPIRED, REC_FLUSHALL, REC_GOT, REC_HEADER, REC_HEADER_SIZE,
-    REC_JOB_ROWS, REC_JOBS, REC_NACK, REC_RELEASED, REC_REQUEUE, REC_TIME, RECORD_NAMES,
-    VERSION, AOFError,
+    FILE_HEADER, FILE_HEADER_SIZE, HISTORY_ONLY, JOB_RECORDS, MAGIC, READ_VERSIONS, REC_ACK,
+    REC_DEL, REC_DELIVERED, REC_EXPIRED, REC_FLUSHALL, REC_GOT, REC_HEADER, REC_HEADER_SIZE,
+    REC_JOB_ROWS, REC_JOB_ROWS_V2, REC_JOBS, REC_JOBS_V2, REC_NACK, REC_RELEASED, REC_REQUEUE,
+    REC_TIME, RECORD_NAMES, VERSION, AOFError,
     BadHeader, CorruptAOF, Scanner, TornTail, decode_ids, decode_jobs, decode_time,
-    encode_record, encode_time, file_header,
+    encode_job_columns, encode_job_rows, encode_record, encode_time, file_header,
 )
 from protocol.aof_codec import column as _column
 
@@ -58,57 +57,11 @@ shard_of = job_shard        # the node's job shard of an id
 
 
 # ----------------------------------------------------------------- encoding
-def _col(values: list):
-    return values if any(values) else 0
-
-
-def _encode_job_batch(jobs: list) -> bytes:
-    qnames: dict = {}
-    setq = qnames.setdefault
-    qidx = [setq(j.queue, len(qnames)) for j in jobs]
-    nodes = None
-    if any(j.nodes_delivered for j in jobs):
-        table: dict = {}
-        sett = table.setdefault
-        per = [[sett(n, len(table)) for n in j.nodes_delivered] if j.nodes_delivered else None
-               for j in jobs]
-        nodes = [list(table), per]
-    cols = [
-        [j.id for j in jobs],
-        list(qnames),
-        qidx if len(qnames) > 1 else 0,
-        [j.body for j in jobs],
-        [j.state for j in jobs],
-        _col([j.flags for j in jobs]),
-        [j.repl for j in jobs],
-        [j.etime for j in jobs],
-        [j.ctime for j in jobs],
-        _col([j.delay for j in jobs]),
-        _col([j.retry for j in jobs]),
-        _col([j.nacks for j in jobs]),
-        _col([j.additional_deliveries for j in jobs]),
-        _col([j.requeue_time for j in jobs]),
-        nodes,
-    ]
-    if any(j.idem_key is not None for j in jobs):
-        cols.append([j.idem_key for j in jobs])
-    return encode_record(b"J" + msgpack.packb(cols))
-
-
-def _encode_job_rows(jobs: list) -> bytes:
-    rows = [[j.id, j.queue, j.body, j.state, j.flags, j.repl, j.etime, j.ctime, j.delay,
-             j.retry, j.nacks, j.additional_deliveries, j.requeue_time,
-             list(j.nodes_delivered) if j.nodes_delivered else None] for j in jobs]
-    if any(j.idem_key is not None for j in jobs):
-        for row, j in zip(rows, jobs):
-            row.append(j.idem_key)
-    return encode_record(b"j" + msgpack.packb(rows))
-
-
 def _encode_segment(jobs: list) -> bytes:
+    records = list(map(job_to_fields, jobs))
     if len(jobs) < MIN_JOBS_FOR_COLUMNS:
-        return _encode_job_rows(jobs)
-    return _encode_job_batch(jobs)
+        return encode_job_rows(records)
+    return encode_job_columns(records)
 
 
 def encode_jobs(jobs: list) -> bytes:
@@ -222,7 +175,7 @@ class Loader:
         for offset, payload in self.scanner.feed(data):
             kind = payload[0]
             try:
-                if kind == REC_JOBS or kind == REC_JOB_ROWS:
+                if kind in JOB_RECORDS:
                     self._apply_jobs(decode_jobs(payload))
                 elif kind in HISTORY_ONLY:
                     pass        # the history's records (aof-history): not a node's state
@@ -252,21 +205,22 @@ class Loader:
     # -- records: decoded here, applied by broker/lifecycle.py -----------------
     def _apply_jobs(self, cols: list) -> None:
         now = self.now
-        ids = cols[0]
+        ids = cols[field.ID]
         n = len(ids)
-        queues = cols[1]
-        bodies = cols[2]
-        state = cols[3]
-        etime = cols[6]
-        ctime = cols[7]
+        queues = cols[field.QUEUE]
+        bodies = cols[field.BODY]
+        state = cols[field.STATE]
+        etime = cols[field.ETIME]
+        ctime = cols[field.CTIME]
         if len(bodies) != n or len(state) != n or len(etime) != n or len(ctime) != n:
             raise ValueError("column length mismatch")
-        repl = _column(cols[5], n)
-        if cols[5] != 0 and n and not 0 <= min(repl) <= max(repl) <= 65535:
+        repl = _column(cols[field.REPLICATE], n)
+        if (cols[field.REPLICATE] != 0 and n
+                and not 0 <= min(repl) <= max(repl) <= field.REPLICATE_MAX):
             raise ValueError("REPLICATE out of range")     # a narrow C int of the Job
-        delay = _column(cols[8], n)
-        retry = _column(cols[9], n)
-        requeue_time = _column(cols[12], n)
+        delay = _column(cols[field.DELAY], n)
+        retry = _column(cols[field.RETRY], n)
+        requeue_time = _column(cols[field.REQUEUE_TIME], n)
         etimes = self.etimes
         etime = [etimes.setdefault(e, e) for e in etime]
         has_acked = ACKED in state
@@ -274,29 +228,32 @@ class Loader:
         states = ([s if s == ACKED or s == HELD else ACTIVE for s in state]
                   if has_acked or has_held else repeat(ACTIVE, n))
         jobs = list(map(Job, ids, queues, bodies, states, repl, etime, ctime, delay, retry))
-        if cols[4] != 0 and any(cols[4]):
-            for j, v in zip(jobs, _column(cols[4], n)):
+        flags = cols[field.FLAGS]
+        if flags != 0 and any(flags):
+            for j, v in zip(jobs, _column(flags, n)):
                 j.flags = v & _KEPT_FLAGS
                 if v & FLAG_HELD and j.state == ACTIVE:
                     # (ext) Logged while its ADDJOB ... HOLD still waited for
                     # copies (wait-repl): held, as its copies are.
                     j.state = HELD
                     has_held = True
-        if cols[10] != 0 and any(cols[10]):
-            for j, v in zip(jobs, _column(cols[10], n)):
+        nacks = cols[field.NACKS]
+        if nacks != 0 and any(nacks):
+            for j, v in zip(jobs, _column(nacks, n)):
                 j.nacks = v
-        if cols[11] != 0 and any(cols[11]):
-            for j, v in zip(jobs, _column(cols[11], n)):
+        additional = cols[field.ADDITIONAL_DELIVERIES]
+        if additional != 0 and any(additional):
+            for j, v in zip(jobs, _column(additional, n)):
                 j.additional_deliveries = v
-        nodes = cols[13]
+        nodes = cols[field.NODES_DELIVERED]
         if nodes is not None:
             if len(nodes) != n:
                 raise ValueError("column length mismatch")
             for j, nd in zip(jobs, nodes):
                 if nd:
                     j.nodes_delivered = holders_of(nd)
-        if len(cols) > 14:
-            keys = cols[14]
+        if len(cols) > field.IDEMPOTENCY_KEY:
+            keys = cols[field.IDEMPOTENCY_KEY]
             if len(keys) != n:
                 raise ValueError("column length mismatch")
             for j, k in zip(jobs, keys):
@@ -366,7 +323,7 @@ class Summary:
         self.size = 0
         self.version = None
         self.records = {k: 0 for k in RECORD_NAMES}
-        self.jobs = 0           # job copies in J records
+        self.jobs = 0           # job copies in job records
         self.live = 0           # ids alive at the end of the log
         self.good_offset = 0
         self.torn = None
@@ -385,13 +342,13 @@ def check_chunks(chunks) -> Summary:
             for offset, payload in sc.feed(chunk):
                 kind = payload[0]
                 try:
-                    if kind == REC_JOBS or kind == REC_JOB_ROWS:
+                    if kind in JOB_RECORDS:
                         cols = decode_jobs(payload)
-                        ids = cols[0]
+                        ids = cols[field.ID]
                         n = len(ids)
-                        if len(list(cols[1])) != n:
+                        if len(list(cols[field.QUEUE])) != n:
                             raise ValueError("column length mismatch")
-                        for k in (2, 3, 6, 7):
+                        for k in (field.BODY, field.STATE, field.ETIME, field.CTIME):
                             if len(cols[k]) != n:
                                 raise ValueError("column length mismatch")
                         if any(len(i) != JOB_ID_LEN for i in ids):

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """A client connection as the core sees it: no socket, just state.
 
 The asyncio shell keeps its transport in ``conn``; the core never touches it.

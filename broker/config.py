@@ -7,18 +7,20 @@ declared once, in broker/directives.py; Config is those typed fields plus
 what reads and changes them.  disque.conf's syntax is broker/config_file.py's,
 the value kinds broker/config_kinds.py's.
 
-The module is pure: nothing here touches sockets, the clock or (apart from
-``Config.load_file`` / ``Config.from_argv``, which read the config file) the
-file system.  Reactions to a change (the cluster's node timeout, starting the
-AOF, ``chdir`` for ``dir``...) belong to whoever owns what changes: CONFIG SET
-hands ``Config.set_many`` a ``changed`` callback (``Node.config_changed``),
-called with each changed name, which may refuse the change.
+The module is pure: nothing here touches sockets, the clock or the file
+system; ``Config.from_argv`` and ``Config.load_file`` are handed the reader
+of the config file (and of the files it includes) by the process
+(server/main.py ``read_config_file``).  Reactions to a change (the cluster's
+node timeout, starting the AOF, ``chdir`` for ``dir``...) belong to whoever
+owns what changes: CONFIG SET hands ``Config.set_many`` a ``changed``
+callback (``Node.config_changed``), called with each changed name, which may
+refuse the change.
 """
 
 from __future__ import annotations
 
 import copy
-import os
+import os.path
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -81,12 +83,13 @@ class Config(Directives):
     # -- building -----------------------------------------------------------
 
     @classmethod
-    def from_argv(cls, argv: list[str], cwd: str) -> "Config":
+    def from_argv(cls, argv: list[str], cwd: str, read: Callable[[str], str]) -> "Config":
         """redis-server style: ``[CONFIG_FILE] [--directive arg... ]...``.
 
         ``argv`` excludes the program name.  Options are applied after the
         file, so they win.  The file path is made absolute against ``cwd`` so
-        CONFIG REWRITE still finds it after the server chdir'ed into ``dir``.
+        CONFIG REWRITE still finds it after the server chdir'ed into ``dir``;
+        ``read(path) -> text`` reads it (and its includes), raising ConfigError.
         """
         config = cls()
         rest = list(argv)
@@ -95,7 +98,7 @@ class Config(Directives):
             if path == "-":
                 raise ConfigError("Reading the configuration from standard input "
                                   "('-') is not supported")
-            config.load_file(path, cwd=cwd)
+            config.load_file(path, cwd=cwd, read=read)
         options: list[list[str]] = []
         for arg in rest:
             if arg.startswith("--") and len(arg) > 2:
@@ -110,22 +113,13 @@ class Config(Directives):
                                lineno=None)
         return config
 
-    def load_file(self, path: str, *, cwd: str | None = None) -> None:
-        """Read a disque.conf and remember its absolute path for CONFIG REWRITE."""
-        base = cwd if cwd is not None else os.getcwd()
-        path = os.path.normpath(os.path.join(base, path))
-        text = self._read(path)
+    def load_file(self, path: str, *, cwd: str, read: Callable[[str], str]) -> None:
+        """Apply a disque.conf (``read(path) -> text``; includes are relative
+        to ``cwd`` too) and remember its absolute path for CONFIG REWRITE."""
+        path = os.path.normpath(os.path.join(cwd, path))
+        text = read(path)
         self.config_file = path
-        self.load_text(text, include=lambda p: self._read(os.path.join(base, p)))
-
-    @staticmethod
-    def _read(path: str) -> str:
-        try:
-            with open(path, encoding="utf-8", errors="surrogateescape") as f:
-                return f.read()
-        except OSError as e:
-            raise ConfigError(f"Fatal error, can't open config file '{path}': "
-                              f"{e.strerror or e}") from None
+        self.load_text(text, include=lambda p: read(os.path.join(cwd, p)))
 
     def load_text(self, text: str, *, include: Callable[[str], str] | None = None) -> None:
         """Apply disque.conf text on top of the current values.

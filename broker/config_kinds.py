@@ -110,6 +110,10 @@ class Kind:
     def line_key(self, args: list[str]) -> Any:
         return None
 
+    def describe(self) -> str:
+        """The kind of value, as docs/configuration.md names it."""
+        return "string"
+
 
 @dataclass(frozen=True)
 class Integer(Kind):
@@ -139,6 +143,13 @@ class Integer(Kind):
             raise ValueError(f"argument must be between {self.lo} and {self.hi} inclusive")
         return value
 
+    def describe(self) -> str:
+        if self.hi != LLONG_MAX:
+            return f"integer {self.lo}-{self.hi}"
+        if self.lo != -LLONG_MAX - 1:
+            return f"integer >= {self.lo}"
+        return "integer"
+
 
 @dataclass(frozen=True)
 class Memory(Kind):
@@ -156,6 +167,9 @@ class Memory(Kind):
     def file_lines(self, value: int) -> list[RewriteLine]:
         return [(None, format_memory(value))]
 
+    def describe(self) -> str:
+        return f"memory >= {format_memory(self.lo)}" if self.lo else "memory"
+
 
 @dataclass(frozen=True)
 class Octal(Kind):
@@ -169,6 +183,9 @@ class Octal(Kind):
     def render(self, value: int) -> str:
         return format(value, "o")
 
+    def describe(self) -> str:
+        return "octal"
+
 
 @dataclass(frozen=True)
 class Bool(Kind):
@@ -180,6 +197,9 @@ class Bool(Kind):
 
     def render(self, value: bool) -> str:
         return "yes" if value else "no"
+
+    def describe(self) -> str:
+        return "yes/no"
 
 
 @dataclass(frozen=True)
@@ -193,6 +213,9 @@ class Enum(Kind):
             raise ValueError(self.message or
                              "argument must be one of " + ", ".join(self.choices))
         return t
+
+    def describe(self) -> str:
+        return "/".join(self.choices)
 
 
 @dataclass(frozen=True)
@@ -227,6 +250,9 @@ class AddressList(Kind):
 
     def render(self, value: list[str]) -> str:
         return " ".join(value)
+
+    def describe(self) -> str:
+        return "addresses"
 
 
 @dataclass(frozen=True)
@@ -282,6 +308,9 @@ class OutputBufferLimits(Kind):
     def file_lines(self, value: dict[str, OutputBufferLimit]) -> list[RewriteLine]:
         return [(c, f"{c} {format_memory(v.hard)} {format_memory(v.soft)} {v.soft_seconds}")
                 for c, v in value.items()]
+
+    def describe(self) -> str:
+        return "class hard soft seconds"
 
     def line_key(self, args: list[str]) -> Any:
         if not args:
@@ -341,6 +370,9 @@ class SeedList(_AddressList):
     def render(self, value: list[Seed]) -> str:
         return ",".join(map(str, value))
 
+    def describe(self) -> str:
+        return "host:port list"
+
 
 _ADDR = r"(?:\[([0-9A-Fa-f:.]+)\]|([^\s:@=\[\],]+)):([0-9]+)"
 _ROUTE_RE = re.compile(_ADDR + "=" + _ADDR)
@@ -373,3 +405,6 @@ class RouteList(_AddressList):
     def render(self, value: dict[tuple[str, int], tuple[str, int]]) -> str:
         return ",".join(f"{_render_addr(*src)}={_render_addr(*dst)}"
                         for src, dst in value.items())
+
+    def describe(self) -> str:
+        return "route list"

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """What the Node needs to know of a client command to run it: its table entry
 (``Command``: name, handler, arity, flags), the flags, the parse error a handler
 raises (``CommandError``) and the dispatch errors. The commands themselves live in

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """Idempotent adds **(ext)**: `ADDJOB queue body ms-timeout IDEMPOTENCY key ...`
 (SPEC section 10).
 
@@ -23,13 +24,14 @@ still in the heap (forgotten early or not) counts in ``used_memory``.
 
 from __future__ import annotations
 
+from heapq import heappop, heappush
 from typing import Final
 
-from heapq import heappop, heappush
+from protocol import job_record as field
 
 # A key is a client's string, bounded so that the map's memory stays a small
 # fraction of the jobs it guards (Stripe's idempotency keys allow 255 chars).
-KEY_MAX_BYTES: Final = 256
+KEY_MAX_BYTES: Final = field.KEY_MAX_BYTES
 # Accounted cost of one entry besides its queue name and key (dict entry,
 # tuples, heap slot): deterministic, as all of maxmemory's accounting.
 ENTRY_OVERHEAD: Final = 200

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """Jobs: the unit of work, their ids and their states (SPEC sections 2 and 3).
 
 Ids, queue names and bodies are kept as ``bytes`` from the wire to the reply:
@@ -16,6 +17,7 @@ from binascii import b2a_base64
 from mypy_extensions import i16, i32, mypyc_attr, u8
 
 from broker.timers import Chunk
+from protocol import job_record as field
 
 # Job states, in SPEC order. The index is what SHOW and JSCAN print.
 WAIT_REPL: Final = 0
@@ -64,10 +66,6 @@ def random_node_id(rng) -> str:
     """SPEC §1: "Node ids are 40 lowercase hex chars, random at first start"
     (``rng``: the injected random.Random)."""
     return "%040x" % rng.getrandbits(160)
-
-
-_ID_PREFIX: dict[str, bytes] = {}   # node id -> b"D-<8 hex>-" (a handful per process)
-_ID_SUFFIX: dict[int, bytes] = {}   # TTL minutes -> b"-<4 hex>" (a few distinct TTLs)
 
 
 def make_job_id(node_id: str, rnd144: int, ttl: int, retry: int) -> bytes:
@@ -129,15 +127,13 @@ class JobIds:
 
 
 def id_prefix(node_id: str) -> bytes:
-    """b"D-<8 hex of node id>-" (see make_job_id)."""
-    prefix = _ID_PREFIX.get(node_id)
-    if prefix is None:
-        prefix = _ID_PREFIX[node_id] = b"D-" + node_id[:8].encode() + b"-"
-    return prefix
+    """b"D-<8 hex of node id>-" (see make_job_id; JobIds keeps its node's)."""
+    return b"D-" + node_id[:8].encode() + b"-"
 
 
 def id_suffix(ttl: int, retry: int) -> bytes:
-    """b"-<4 hex TTL minutes>", the last bit telling RETRY > 0 (see make_job_id)."""
+    """b"-<4 hex TTL minutes>", the last bit telling RETRY > 0 (see make_job_id;
+    JobIds keeps the last one it made)."""
     ttl_min = ttl // 60
     if ttl_min > 0xFFFF:
         ttl_min = 0xFFFF
@@ -145,12 +141,7 @@ def id_suffix(ttl: int, retry: int) -> bytes:
         ttl_min |= 1
     else:
         ttl_min &= 0xFFFE
-    suffix = _ID_SUFFIX.get(ttl_min)
-    if suffix is None:
-        if len(_ID_SUFFIX) >= 1024:     # TTLs are client-chosen: keep the memo small
-            _ID_SUFFIX.clear()
-        suffix = _ID_SUFFIX[ttl_min] = b"-%04x" % ttl_min
-    return suffix
+    return b"-%04x" % ttl_min
 
 
 # Job ids are spread over 4096 dicts by two chars of their random part, so JSCAN
@@ -377,36 +368,48 @@ JOB_OVERHEAD: Final = 320
 
 
 def job_to_fields(job: Job) -> list:
-    """A compact, msgpack-friendly list of every field needed to rebuild the job
-    (bus REPLJOB/YOURJOBS and AOF records share it). A job added with an
-    IDEMPOTENCY key has one more field, the key: a job without one has the
-    layout peers without the extension know. The holders go as they are kept,
-    sorted (msgpack sends a tuple as an array)."""
-    fields = [
-        job.id, job.queue, job.body, job.state, job.flags, job.repl, job.etime,
-        job.ctime, job.delay, job.retry, job.nacks, job.additional_deliveries,
-        job.nodes_delivered or None, job.requeue_time,
-    ]
-    if job.idem_key is not None:
-        fields.append(job.idem_key)
+    """The job's record (protocol/job_record.py): every field needed to
+    rebuild it, msgpack-friendly (bus REPLJOB/YOURJOBS; the AOF's job records
+    from format version 3 on). A job added with an IDEMPOTENCY key has one
+    more field, the key. The holders go as they are kept, sorted (msgpack
+    sends a tuple as an array)."""
+    keyed = job.idem_key is not None
+    fields: list = [None] * (field.KEYED_FIELDS if keyed else field.FIELDS)
+    fields[field.ID] = job.id
+    fields[field.QUEUE] = job.queue
+    fields[field.BODY] = job.body
+    fields[field.STATE] = job.state
+    fields[field.FLAGS] = job.flags
+    fields[field.REPLICATE] = job.repl
+    fields[field.ETIME] = job.etime
+    fields[field.CTIME] = job.ctime
+    fields[field.DELAY] = job.delay
+    fields[field.RETRY] = job.retry
+    fields[field.NACKS] = job.nacks
+    fields[field.ADDITIONAL_DELIVERIES] = job.additional_deliveries
+    fields[field.NODES_DELIVERED] = job.nodes_delivered or None
+    fields[field.REQUEUE_TIME] = job.requeue_time
+    if keyed:
+        fields[field.IDEMPOTENCY_KEY] = job.idem_key
     return fields
 
 
 def job_from_fields(f: list) -> Job:
-    """A copy from another node (fields as protocol/bus.py checked them: the id,
-    queue, body and key are bytes already, so they are taken as they are, not
-    copied through a ``bytes()`` call each); its state and times are set by
-    broker/lifecycle.py when the copy is adopted."""
-    jid: bytes = f[0]
-    queue: bytes = f[1]
-    body: bytes = f[2]
-    job = Job(jid, queue, body, f[3], f[5], f[6], f[7], f[8], f[9])
-    job.flags = f[4]
-    job.nacks = f[10]
-    job.additional_deliveries = f[11]
-    holders = f[12]
+    """A copy from another node (a record as protocol/bus.py checked it: the
+    id, queue, body and key are bytes already, so they are taken as they are,
+    not copied through a ``bytes()`` call each); its state and times are set
+    by broker/lifecycle.py when the copy is adopted."""
+    jid: bytes = f[field.ID]
+    queue: bytes = f[field.QUEUE]
+    body: bytes = f[field.BODY]
+    job = Job(jid, queue, body, f[field.STATE], f[field.REPLICATE], f[field.ETIME],
+              f[field.CTIME], f[field.DELAY], f[field.RETRY])
+    job.flags = f[field.FLAGS]
+    job.nacks = f[field.NACKS]
+    job.additional_deliveries = f[field.ADDITIONAL_DELIVERIES]
+    holders = f[field.NODES_DELIVERED]
     job.nodes_delivered = holders_of(holders) if holders else None
-    if len(f) > 14:
-        key: bytes = f[14]
+    if len(f) > field.IDEMPOTENCY_KEY:
+        key: bytes = f[field.IDEMPOTENCY_KEY]
         job.idem_key = key
     return job

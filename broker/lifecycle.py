@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """A job's life on this node: every state change, with its timers, the registry's
 accounting and the AOF records it leaves (SPEC sections 3, 5, 7).
 
@@ -13,11 +14,12 @@ accounting and the AOF records it leaves (SPEC sections 3, 5, 7).
     held ──release (ENQUEUE here)──> queued (or active until its DELAY)
     held ──released_elsewhere (another holder's QUEUED...)──> active
 
-Commands, the cluster's message handlers and the AOF loader call these functions;
+Commands, the cluster's message handlers and the AOF loader call these functions
+on a node (a Registry: broker/registry.py, below this module and the Node);
 nothing else assigns ``job.state``, ``job.requeue_time`` or ``job.gc_time``. The
-cluster layer is told through the Node's ``cluster`` hooks (``job_queued``,
-``job_deleted``, ``send_willqueue``, ``try_job_gc``...), duck-typed: this module
-imports nothing above the broker core.
+cluster layer is told through the node's ``cluster`` (broker/cluster_hooks.py:
+``job_queued``, ``job_deleted``, ``send_willqueue``, ``try_job_gc``...): this
+module imports nothing above the broker core.
 
 Persistence is an output: a change that must survive a restart appends an item
 to ``node.records`` (broker/records.py) while ``node.persist`` is on, whatever
@@ -28,7 +30,7 @@ recorded too: deliveries, NACKs, requeues, and expirations told from deletions.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from broker.job import (
     ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_DUMMY_ACK, FLAG_KEY_ANSWERED,
@@ -41,9 +43,8 @@ from broker.records import (
     REC_ACK, REC_DEL, REC_DELIVERED, REC_EXPIRED, REC_FLUSHALL, REC_GOT, REC_NACK, REC_RELEASED,
     REC_REQUEUE,
 )
-
-if TYPE_CHECKING:   # for the types only: the Node calls this module
-    from broker.node import Node
+from broker.registry import Registry
+from protocol import job_record as field
 
 WILLQUEUE_ADVANCE_MS: Final = 500      # SPEC section 8: WILLQUEUE 500 ms before requeue
 REQUEUE_JITTER_MS: Final = 250         # SPEC section 5: +-250 ms
@@ -70,11 +71,11 @@ def wake_time(job: Job) -> int:
     return t
 
 
-def schedule(node: Node, job: Job) -> None:
+def schedule(node: Registry, job: Job) -> None:
     node.timers.add(job, wake_time(job))
 
 
-def jitter(node: Node) -> int:
+def jitter(node: Registry) -> int:
     """In [-250, 250] ms, from a 31-bit linear congruential sequence seeded by
     the node's random source: C integer arithmetic in the compiled build, where
     rng.random() was a method call on every delivery; spread enough for a jitter."""
@@ -84,7 +85,7 @@ def jitter(node: Node) -> int:
 
 
 # ------------------------------------------------------------------ registry
-def _register(node: Node, job: Job) -> None:
+def _register(node: Registry, job: Job) -> None:
     jid = job.id
     shard = node.job_shards[job_shard(jid)]
     size = len(shard)
@@ -95,12 +96,12 @@ def _register(node: Node, job: Job) -> None:
     schedule(node, job)
 
 
-def _record_job(node: Node, job: Job) -> None:
+def _record_job(node: Registry, job: Job) -> None:
     if node.persist:
         node.records.append(job)
 
 
-def new_job(node: Node, queue: bytes, body: bytes, repl: int, ttl: int, delay: int,
+def new_job(node: Registry, queue: bytes, body: bytes, repl: int, ttl: int, delay: int,
             retry: int, now: int) -> Job:
     """A job created here (ADDJOB): its id, expire time, ctime and, with DELAY,
     the time it is first queued. Not registered yet (add / add_pending)."""
@@ -119,7 +120,7 @@ def hold(job: Job) -> None:
     job.requeue_time = 0
 
 
-def add(node: Node, job: Job, now: int) -> None:
+def add(node: Registry, job: Job, now: int) -> None:
     """A new job whose only copy is here: live at once (logged, queued unless
     delayed or held)."""
     if job.flags & FLAG_HELD:
@@ -134,14 +135,14 @@ def add(node: Node, job: Job, now: int) -> None:
         queue(node, job, now)
 
 
-def add_pending(node: Node, job: Job) -> None:
+def add_pending(node: Registry, job: Job) -> None:
     """A new job waiting for its copies to be confirmed (sync replication): held
     here but not live, so not logged yet."""
     job.state = WAIT_REPL
     _register(node, job)
 
 
-def activate(node: Node, job: Job, now: int) -> None:
+def activate(node: Registry, job: Job, now: int) -> None:
     """A wait-repl job is live (its copies are confirmed, or ASYNC): log it and
     queue it unless delayed or held."""
     if job.flags & FLAG_HELD:
@@ -165,18 +166,18 @@ def merge_counters(job: Job, nacks: int, additional_deliveries: int) -> None:
         job.additional_deliveries = additional_deliveries
 
 
-def adopt_replica(node: Node, fields: list, now: int, skew: int = 0) -> Job:
+def adopt_replica(node: Registry, fields: list, now: int, skew: int = 0) -> Job:
     """REPLJOB: hold a copy of a peer's job. A new copy is active, logged, and
     re-queued by its own timer only if the copy queued elsewhere is not acked in
     time (delay + retry from now, replication itself may take a while); an
     existing copy learns the holders and counters it did not know. ``skew``:
     our clock minus the sender's (the job's ctime is in the sender's)."""
-    jid: bytes = fields[0]     # bytes, as protocol/bus.py checked it
+    jid: bytes = fields[field.ID]     # bytes, as protocol/bus.py checked it
     job = node.get_job(jid)
     me = node.myself_id
     if job is not None:
-        job.nodes_delivered = holders_of((*(job.nodes_delivered or (me,)), *(fields[12] or ())))
-        merge_counters(job, fields[10], fields[11])
+        job.nodes_delivered = holders_of((*(job.nodes_delivered or (me,)), *(fields[field.NODES_DELIVERED] or ())))
+        merge_counters(job, fields[field.NACKS], fields[field.ADDITIONAL_DELIVERIES])
         return job
     job = job_from_fields(fields)
     job.state = ACTIVE
@@ -187,7 +188,7 @@ def adopt_replica(node: Node, fields: list, now: int, skew: int = 0) -> Job:
     # replication (no copy there) must not list it.
     job.nodes_delivered = with_holder(job.nodes_delivered, me)
     job.nodes_confirmed = None
-    if fields[4] & FLAG_HELD:
+    if fields[field.FLAGS] & FLAG_HELD:
         # (ext) Held: no timer until a holder releases it (released_elsewhere).
         job.state = HELD
         job.flags |= FLAG_HELD
@@ -203,16 +204,16 @@ def adopt_replica(node: Node, fields: list, now: int, skew: int = 0) -> Job:
     return job
 
 
-def adopt_moved(node: Node, fields: list, sender: str, now: int):
+def adopt_moved(node: Registry, fields: list, sender: str, now: int):
     """YOURJOBS: a job moved here by federation, to be queued here (the caller
     queues it). None when our copy is acked. RETRY 0 jobs left the sender: we
     are their only holder."""
-    jid = bytes(fields[0])
+    jid = bytes(fields[field.ID])
     job = node.get_job(jid)
     if job is not None:
         if job.state == ACKED:
             return None
-        merge_counters(job, fields[10], fields[11])
+        merge_counters(job, fields[field.NACKS], fields[field.ADDITIONAL_DELIVERIES])
         if job.state == HELD:
             _unhold(node, job)      # queued elsewhere: it was released there
         return job
@@ -231,7 +232,7 @@ def adopt_moved(node: Node, fields: list, sender: str, now: int):
     return job
 
 
-def add_dummy_ack(node: Node, jid: bytes, ttl: int, now: int) -> Job:
+def add_dummy_ack(node: Registry, jid: bytes, ttl: int, now: int) -> Job:
     """ACKJOB of an id never held here: an acked placeholder the cluster's ack GC
     spreads (SPEC section 8). Not logged: it holds nothing to lose."""
     job = Job(jid, b"", b"", ACKED, 0, now + ttl * 1000, node.new_ctime(now), 0, 0)
@@ -247,7 +248,7 @@ def can_queue(job: Job) -> bool:
     return job.state != QUEUED and not (job.retry == 0 and job.flags & FLAG_DELIVERED)
 
 
-def queue(node: Node, job: Job, now: int) -> bool:
+def queue(node: Registry, job: Job, now: int) -> bool:
     """Put a job in its queue (Disque's queueJob). False if it is already queued,
     or is an at-most-once job already delivered. The other holders hear of it
     (QUEUED, with the counters: count a requeue before calling this)."""
@@ -266,15 +267,11 @@ def queue(node: Node, job: Job, now: int) -> bool:
     q.jobs_in += 1
     if q.blocked and not q.flags & PAUSED_OUT:
         node.ready_queues.append(q)
-    cluster = node.cluster
-    # Only jobs with other holders, or queues other nodes asked for, concern the
-    # cluster: a lone job skips the calls (hot path).
-    if cluster is not None and (job.nodes_delivered or cluster.interest):
-        cluster.job_queued(job)
+    node.cluster.job_queued(job)
     return True
 
 
-def dequeue(node: Node, job: Job) -> bool:
+def dequeue(node: Registry, job: Job) -> bool:
     """Take a queued job out of its queue; it stays here, active."""
     if job.state != QUEUED:
         return False
@@ -285,7 +282,7 @@ def dequeue(node: Node, job: Job) -> bool:
     return True
 
 
-def enqueue_after_delay(node: Node, job: Job, now: int) -> None:
+def enqueue_after_delay(node: Registry, job: Job, now: int) -> None:
     """ENQUEUE from the originator of an externally replicated job: queue it
     now, or when its DELAY has elapsed."""
     awake = job.ctime // 1_000_000 + job.delay * 1000
@@ -296,7 +293,7 @@ def enqueue_after_delay(node: Node, job: Job, now: int) -> None:
         queue(node, job, now)
 
 
-def requeue(node: Node, job: Job, now: int, nack: bool) -> bool:
+def requeue(node: Registry, job: Job, now: int, nack: bool) -> bool:
     """NACK (nacks + 1) or ENQUEUE of an active job. As Disque: queueing a job
     for the first time here (a DELAY job put in its queue early) is not an
     additional delivery; a NACK always counts; an at-most-once job is queued
@@ -321,7 +318,7 @@ def requeue(node: Node, job: Job, now: int, nack: bool) -> bool:
     return True
 
 
-def _unhold(node: Node, job: Job) -> None:
+def _unhold(node: Registry, job: Job) -> None:
     """A held job is live like any other from now on (logged: a restart must
     not hold it again)."""
     job.state = ACTIVE
@@ -330,16 +327,15 @@ def _unhold(node: Node, job: Job) -> None:
         node.records.append((REC_RELEASED, job.id))
 
 
-def release(node: Node, job: Job, now: int) -> None:
+def release(node: Registry, job: Job, now: int) -> None:
     """(ext) ENQUEUE of a held job: queued here now, or once its DELAY has
     elapsed from now; no delivery is counted (it never was queued). The
     other holders hear of it (QUEUED) and re-queue it after delay + retry
     if the copy here is not acked by then, as for any job."""
     _unhold(node, job)
     job.flags &= ~FLAG_DELIVERED    # a replica's mark: queueing it here is no redelivery
-    cluster = node.cluster
-    if cluster is not None and job.nodes_delivered:
-        cluster.job_released(job)
+    if job.nodes_delivered:
+        node.cluster.job_released(job)
     if job.delay:
         job.requeue_time = node.shared_time(now, job.delay)
     else:
@@ -347,7 +343,7 @@ def release(node: Node, job: Job, now: int) -> None:
     schedule(node, job)
 
 
-def released_elsewhere(node: Node, job: Job, now: int) -> None:
+def released_elsewhere(node: Registry, job: Job, now: int) -> None:
     """(ext) Another holder released a job held here: ours is active, re-queued
     (a redelivery) only if that holder's copy is not acked in time: its DELAY,
     then RETRY, from now, as a copy adopted by REPLJOB."""
@@ -358,7 +354,7 @@ def released_elsewhere(node: Node, job: Job, now: int) -> None:
     schedule(node, job)
 
 
-def deliver(node: Node, q: Queue, now: int) -> Job | None:
+def deliver(node: Registry, q: Queue, now: int) -> Job | None:
     """Take the oldest job of q for a client (Disque's queueFetchJob), or None."""
     job = q.jobs.popleft()
     if job is None:
@@ -378,7 +374,7 @@ def deliver(node: Node, q: Queue, now: int) -> Job | None:
     return job
 
 
-def take_for_peer(node: Node, job: Job, receiver: str, now: int) -> None:
+def take_for_peer(node: Registry, job: Job, receiver: str, now: int) -> None:
     """Federation moves a queued job to `receiver` (YOURJOBS): RETRY 0 jobs leave
     us; others stay here active, re-queued by us after retry if not acked."""
     job.state = ACTIVE
@@ -392,7 +388,7 @@ def take_for_peer(node: Node, job: Job, receiver: str, now: int) -> None:
     schedule(node, job)
 
 
-def postpone(node: Node, job: Job, now: int) -> None:
+def postpone(node: Registry, job: Job, now: int) -> None:
     """Another holder queued it or a client works on it (QUEUED, WORKING from a
     peer): our requeue moves one retry period (with jitter) ahead."""
     if job.state == HELD:
@@ -405,7 +401,7 @@ def postpone(node: Node, job: Job, now: int) -> None:
         schedule(node, job)
 
 
-def working(node: Node, job: Job, now: int) -> None:
+def working(node: Registry, job: Job, now: int) -> None:
     """WORKING: the client still processes the job; requeue retry seconds from
     now (the other holders are told directly, no WILLQUEUE)."""
     if job.state == HELD:
@@ -418,7 +414,7 @@ def working(node: Node, job: Job, now: int) -> None:
 
 
 # ---------------------------------------------------------------------- acks
-def ack(node: Node, job: Job, now: int, gc_in: int = 0) -> None:
+def ack(node: Registry, job: Job, now: int, gc_in: int = 0) -> None:
     """The job was processed: acked until every holder knows (the cluster's ack
     GC, first attempt `gc_in` ms from now), then deleted."""
     if job.state == QUEUED:
@@ -433,7 +429,7 @@ def ack(node: Node, job: Job, now: int, gc_in: int = 0) -> None:
         schedule(node, job)
 
 
-def gc_backoff(node: Node, job: Job, now: int) -> None:
+def gc_backoff(node: Registry, job: Job, now: int) -> None:
     """The ack GC did not finish: try again later (1 s doubling, capped near 3
     min, with jitter)."""
     backoff = min(GC_FIRST_MS << min(job.gc_retry, 20), GC_MAX_MS)
@@ -444,7 +440,7 @@ def gc_backoff(node: Node, job: Job, now: int) -> None:
 
 
 # ------------------------------------------------------------------ deletion
-def delete(node: Node, job: Job, record: int = REC_DEL) -> None:
+def delete(node: Registry, job: Job, record: int = REC_DEL) -> None:
     """Forget a job here, whatever its state (ack GC, DELJOB, FASTACK, TTL,
     eviction, federation moving a RETRY 0 job); ``record``: the AOF record
     kind that says so."""
@@ -461,20 +457,18 @@ def delete(node: Node, job: Job, record: int = REC_DEL) -> None:
         node.records.append((record, job.id))
     if job.state == WAIT_REPL:
         forget_key(node, job)       # its ADDJOB failed: the job never existed
-    if node.cluster is not None:
-        node.cluster.job_deleted(job)
+    node.cluster.job_deleted(job)
 
 
-def expire(node: Node, job: Job) -> None:
+def expire(node: Registry, job: Job) -> None:
     node.stats["expired_jobs"] += 1
     delete(node, job, REC_EXPIRED if node.persist_history else REC_DEL)
 
 
-def flush_all(node: Node, record: bool = True) -> None:
+def flush_all(node: Registry, record: bool = True) -> None:
     """DEBUG FLUSHALL, CLUSTER RESET HARD: drop every job and queue (queues with
     blocked clients stay, empty)."""
-    if node.cluster is not None:
-        node.cluster.jobs_flushed()     # pending ADDJOBs end with -NOREPL
+    node.cluster.jobs_flushed()     # pending ADDJOBs end with -NOREPL
     for shard in node.job_shards:
         shard.clear()
     node.job_count = 0
@@ -489,7 +483,7 @@ def flush_all(node: Node, record: bool = True) -> None:
 
 
 # ------------------------------------------- (ext) IDEMPOTENCY keys of jobs
-def remember_key(node: Node, job: Job, now: int) -> None:
+def remember_key(node: Registry, job: Job, now: int) -> None:
     """A job added with a key is here (created, or a copy arrived): the key
     names it until the job's TTL, even once it is acked and deleted."""
     key = job.idem_key
@@ -497,7 +491,7 @@ def remember_key(node: Node, job: Job, now: int) -> None:
         node.idempotency.remember(job.queue, key, job.id, job.etime, now)
 
 
-def key_answered(node: Node, job: Job) -> None:
+def key_answered(node: Registry, job: Job) -> None:
     """A retried ADDJOB got this copy's id here: the producer counts on it, so
     its originator's DELJOB (a failed add) no longer deletes it. Logged again
     (a later record replaces the earlier): a restart keeps the flag."""
@@ -506,7 +500,7 @@ def key_answered(node: Node, job: Job) -> None:
         _record_job(node, job)
 
 
-def forget_key(node: Node, job: Job) -> None:
+def forget_key(node: Registry, job: Job) -> None:
     """The job's add failed (-NOREPL, or its originator deleted the unacked
     copies): a retry must create it, not get the id of a job that is gone."""
     key = job.idem_key
@@ -515,7 +509,7 @@ def forget_key(node: Node, job: Job) -> None:
 
 
 # -------------------------------------------------------------------- timers
-def process_due(node: Node, job: Job, now: int) -> None:
+def process_due(node: Registry, job: Job, now: int) -> None:
     """A job's timer fired (Disque's processJob): expire, (re)queue, announce the
     requeue (WILLQUEUE), or try the ack GC."""
     if job.etime <= now:
@@ -538,23 +532,22 @@ def process_due(node: Node, job: Job, now: int) -> None:
                         node.stats["requeued_jobs"] += 1
                         if node.persist_history:
                             node.records.append((REC_REQUEUE, job.id))
-                    if cluster is not None:
-                        cluster.before_requeue(job)
+                    cluster.before_requeue(job)
                     queue(node, job, now)
                 else:
                     job.requeue_time = 0    # at-most-once job already delivered
-        elif cluster is not None and not job.flags & FLAG_BCAST_WILLQUEUE:
+        elif not job.flags & FLAG_BCAST_WILLQUEUE:
             job.flags |= FLAG_BCAST_WILLQUEUE
             # Holders re-queue in node-id order: ours may come later.
             job.requeue_time += cluster.send_willqueue(job)
-    elif state == ACKED and cluster is not None and job.gc_time <= now:
+    elif state == ACKED and job.gc_time <= now:
         cluster.try_job_gc(job, now)
     if node.is_registered(job):
         schedule(node, job)
 
 
 # ------------------------------------------------------------ the AOF loader
-def restore(node: Node, jobs: list, recorded_requeue_times, now: int, plain: bool) -> int:
+def restore(node: Registry, jobs: list, recorded_requeue_times, now: int, plain: bool) -> int:
     """Register jobs loaded from the AOF (SPEC section 7): they come back active
     (or acked when other holders must still learn the ack), re-queued by their
     timers: at the recorded requeue time while it is ahead, else now + retry;
@@ -611,7 +604,7 @@ def restore(node: Node, jobs: list, recorded_requeue_times, now: int, plain: boo
     return expired
 
 
-def _unload(node: Node, shard: dict, job: Job) -> None:
+def _unload(node: Registry, shard: dict, job: Job) -> None:
     """Drop a loaded job again (a later record replaces or deletes it); nothing
     is queued while loading and nothing is logged back."""
     del shard[job.id]
@@ -620,7 +613,7 @@ def _unload(node: Node, shard: dict, job: Job) -> None:
     node.timers.cancel(job)
 
 
-def restore_delete(node: Node, jid: bytes) -> bool:
+def restore_delete(node: Registry, jid: bytes) -> bool:
     shard = node.job_shards[job_shard(jid)]
     job = shard.get(jid)
     if job is None:
@@ -629,7 +622,7 @@ def restore_delete(node: Node, jid: bytes) -> bool:
     return True
 
 
-def restore_ack(node: Node, jid: bytes, now: int) -> bool:
+def restore_ack(node: Registry, jid: bytes, now: int) -> bool:
     shard = node.job_shards[job_shard(jid)]
     job = shard.get(jid)
     if job is None or job.state == ACKED:
@@ -643,7 +636,7 @@ def restore_ack(node: Node, jid: bytes, now: int) -> bool:
     return True
 
 
-def restore_delivered(node: Node, jid: bytes) -> None:
+def restore_delivered(node: Registry, jid: bytes) -> None:
     job = node.job_shards[job_shard(jid)].get(jid)
     if job is not None:
         job.flags |= FLAG_DELIVERED
@@ -651,7 +644,7 @@ def restore_delivered(node: Node, jid: bytes) -> None:
             job.requeue_time = 0
 
 
-def restore_released(node: Node, jid: bytes, now: int) -> Job | None:
+def restore_released(node: Registry, jid: bytes, now: int) -> Job | None:
     """(ext) A held job released before the restart: back active, re-queued by
     its timer (its DELAY, else its RETRY, from now). The job, or None if it
     was not held here."""
@@ -668,7 +661,7 @@ def restore_released(node: Node, jid: bytes, now: int) -> Job | None:
     return job
 
 
-def restore_queued(node: Node, jobs: list, now: int) -> None:
+def restore_queued(node: Registry, jobs: list, now: int) -> None:
     """aof-enqueue-jobs-once: jobs recorded as queued go back in their queues."""
     for job in jobs:
         if job.state == ACTIVE and node.is_registered(job):

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """The Node: one Disquette node's jobs, queues and clients, sans-IO.
 
 Inputs: ``handle_command(client, argv)``, ``tick()`` (and, with the cluster, bus
@@ -23,21 +24,18 @@ import logging
 import sys
 from collections import deque
 from heapq import heappop, heappush
-from typing import Any, Callable, Final
+from typing import Callable, Final
 
-from mypy_extensions import i64, mypyc_attr
+from mypy_extensions import mypyc_attr
 
 from broker import lifecycle, slowlog
 from broker.client import Client
 from broker.dispatch import (
     F_DENYOOM, F_LOADING, F_NOAUTH, Command, CommandError, dispatch_error,
 )
-from broker.idempotency import IdempotencyKeys
-from broker.job import (
-    ACKED, ACTIVE, FLAG_DELIVERED, SHARDS, Job, JobIds, job_shard, random_node_id,
-)
+from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, SHARDS, Job
 from broker.queue import PAUSED_OUT, Queue
-from broker.timers import TimerWheel
+from broker.registry import Registry
 from protocol.resp import NULL_ARRAY, Error, Status
 
 log = logging.getLogger("broker.node")
@@ -130,25 +128,15 @@ class CommandStats:
         self.latency = [0] * 64
 
 
-class ClusterView:
-    """What the request path asks of the cluster on every ADDJOB and GETJOB (our
-    id, our LEAVING flag, how many nodes are reachable), in typed fields: the
-    cluster's node table (cluster/membership.py) is interpreted Python, and
-    reading it cost about a tenth of a compiled ADDJOB. The node table marks the
-    view stale on every input that may change these (the same inputs that reset
-    its own cache); the node refreshes it on the next read."""
+class Node(Registry):
+    """A Registry (broker/registry.py: the jobs and queues, as the lifecycle
+    changes them) with its clients, commands, timers and housekeeping."""
 
-    def __init__(self, myself_id: str) -> None:
-        self.fresh = True
-        self.myself_id = myself_id
-        self.leaving = False
-        self.reachable = 1
-
-
-class Node:
     def __init__(self, config, clock, rng, host: Host | None = None,
                  node_id: str | None = None, perf_us=None, perf_ns=None,
                  commands: dict | None = None, strict: bool = False) -> None:
+        now = clock()
+        super().__init__(rng, node_id, now)
         self.config = config
         # Config's values the hot path reads, in typed fields: see config_applied.
         self.maxmemory = 0
@@ -162,9 +150,6 @@ class Node:
         if perf_ns is None:
             perf_ns = (lambda: perf_us() * 1000) if perf_us is not None else (lambda: 0)
         self.perf_ns: Callable[[], int] = perf_ns
-        self.rng = rng                      # random.Random
-        self.ids = JobIds(rng)
-        self.jitter_state: i64 = rng.getrandbits(31)     # lifecycle.jitter's sequence
         self.host = host or Host()
         self.strict = strict
         # Command table (broker/commands), also under upper-case names: the hot
@@ -173,42 +158,17 @@ class Node:
         self.commands_anycase: dict[bytes, Command] = {
             **self.commands,
             **{n.upper(): c for n, c in self.commands.items()}}
-        # Our id, LEAVING flag and reachable count: the cluster's node table's
-        # when there is one (a typed copy, see ClusterView), else these.
-        self.view = ClusterView(node_id or random_node_id(rng))
-        now = clock()
         self.start_time = now
-        self.job_shards: list[dict] = [{} for _ in range(SHARDS)]
-        self.job_count = 0
-        self.jobs_memory = 0
         self.jobs_memory_peak = 0           # since the last release_memory
         self._jobs_memory_last_cron = 0
         self._shrink_cursor = 0             # next job shard shrink_job_shards looks at
-        self.queues: dict[bytes, Queue] = {}
-        self.timers = TimerWheel(now)
-        # (ext) ADDJOB ... IDEMPOTENCY: (queue, key) -> job id, for the job's TTL
-        self.idempotency: IdempotencyKeys = IdempotencyKeys()
         self.clients: dict[int, Client] = {}
         self.outbox: list = []              # (client, reply) for clients other than the caller
-        self.ready_queues: list[Queue] = []  # got jobs while clients were blocked on them
         self.block_heap: list = []          # (deadline, client id)
         self.blocked_count = 0
         self.monitors: list[Client] = []
         self.loading = False
-        # Persistence: records for the AOF while `persist` is on (the shell turns
-        # it on with the AOF); aof_error is the shell's last write error (MISCONF).
-        self.persist = False
-        self.records: list = []
-        # aof-history (ext): also record deliveries, NACKs, requeues, expirations.
-        self.persist_history = False
-        self.aof_error: str | None = None
-        self.cluster: Any = None            # cluster layer, see cluster/cluster.py
-        self._ctime_ms: i64 = 0
-        self._ctime_seq: i64 = 0
-        # shared_time's two entries: (seconds, now) -> now + seconds * 1000
-        self._memo_s0 = self._memo_s1 = -1
-        self._memo_now0 = self._memo_now1 = 0
-        self._memo_t0 = self._memo_t1 = 0
+        self.aof_error: str | None = None   # the AOF writer's last error (MISCONF)
         self.next_cron = now + CRON_INTERVAL_MS
         # by Command.slot (a list index, not a dict lookup by name); see cmdstats()
         self.command_stats: list[CommandStats | None] = []
@@ -219,48 +179,11 @@ class Node:
         self.slowlog_id = 0                 # the next entry's; Disque's first is 0
         # The counters every command or read moves, in typed fields (a dict
         # entry of boxed ints cost a lookup, an add and a store each time);
-        # stats_now() folds them into INFO's order, where their entries below
-        # only keep their place.
+        # stats_now() folds them into INFO's order, where their entries in
+        # self.stats (broker/registry.py) only keep their place.
         self.commands_processed = 0
         self.net_input_bytes = 0
         self.net_output_bytes = 0
-        self.stats = {
-            "total_connections_received": 0,
-            "total_commands_processed": 0,
-            "rejected_connections": 0,
-            "expired_jobs": 0,
-            "evicted_jobs": 0,
-            "evicted_queues": 0,
-            "requeued_jobs": 0,
-            "total_net_input_bytes": 0,
-            "total_net_output_bytes": 0,
-            "internal_errors": 0,
-            "malformed_bus_messages": 0,
-        }
-
-    # ---------------------------------------------------------------- identity
-    @property
-    def myself_id(self) -> str:
-        v = self.view
-        if not v.fresh:
-            self._refresh_view()
-        return v.myself_id
-
-    @property
-    def leaving(self) -> bool:
-        v = self.view
-        if not v.fresh:
-            self._refresh_view()
-        return v.leaving
-
-    def _refresh_view(self) -> None:
-        v = self.view
-        c = self.cluster
-        if c is not None:
-            v.myself_id = c.m.myself.id
-            v.leaving = c.m.leaving
-            v.reachable = c.reachable_count()
-        v.fresh = True
 
     # ------------------------------------------------------------------ errors
     def internal_error(self, exc: BaseException, what: str) -> None:
@@ -318,8 +241,7 @@ class Node:
         if client.monitor:
             self.monitors.remove(client)
             client.monitor = False
-        if self.cluster is not None:
-            self.cluster.client_closed(client)
+        self.cluster.client_closed(client)
         self.clients.pop(client.id, None)
 
     # ----------------------------------------------------------------- commands
@@ -437,46 +359,6 @@ class Node:
         while len(entries) > self.config.slowlog_max_len:
             entries.pop()
 
-    # ------------------------------------------------------------- job registry
-    def get_job(self, jid: bytes):
-        return self.job_shards[job_shard(jid)].get(jid)
-
-    def iter_jobs(self):
-        for shard in self.job_shards:
-            yield from shard.values()
-
-    def is_registered(self, job: Job) -> bool:
-        return self.job_shards[job_shard(job.id)].get(job.id) is job
-
-    def new_ctime(self, now: i64) -> i64:
-        """ms * 1e6 + a per-ms counter, so jobs created in one ms keep their order."""
-        if now == self._ctime_ms:
-            self._ctime_seq += 1
-        else:
-            self._ctime_ms = now
-            self._ctime_seq = 0
-        return now * 1_000_000 + self._ctime_seq
-
-    def shared_time(self, now: int, seconds: int) -> int:
-        """now + seconds, reusing the int object for equal inputs: a million jobs
-        created in a burst share a handful of expire and requeue times (memory per
-        job in the pure build). Two entries, as ADDJOB asks for its TTL and then
-        its RETRY: a single one would miss every time."""
-        if seconds == self._memo_s0 and now == self._memo_now0:
-            return self._memo_t0
-        if seconds == self._memo_s1 and now == self._memo_now1:
-            return self._memo_t1
-        t = now + seconds * 1000
-        self._memo_s1, self._memo_now1, self._memo_t1 = \
-            self._memo_s0, self._memo_now0, self._memo_t0
-        self._memo_s0, self._memo_now0, self._memo_t0 = seconds, now, t
-        return t
-
-    def take_records(self) -> list:
-        """The AOF records produced since the last call (the shell writes them)."""
-        records, self.records = self.records, []
-        return records
-
     # ------------------------------------------------------------------- timers
     def next_deadline(self):
         """Earliest time (ms) at which tick() has something to do."""
@@ -486,10 +368,9 @@ class Node:
             t = w
         if self.block_heap and self.block_heap[0][0] < t:
             t = self.block_heap[0][0]
-        if self.cluster is not None:
-            c = self.cluster.next_deadline()
-            if c is not None and c < t:
-                t = c
+        c = self.cluster.next_deadline()
+        if c is not None and c < t:
+            t = c
         return t
 
     def tick(self) -> None:
@@ -516,8 +397,7 @@ class Node:
         if now >= self.next_cron:
             self.next_cron = now + CRON_INTERVAL_MS
             self.cron(now)
-        if self.cluster is not None:
-            self.cluster.tick(now)
+        self.cluster.tick(now)
         if self.ready_queues:
             self.serve_ready_queues()
 
@@ -550,9 +430,8 @@ class Node:
         if timeout_ms:
             heappush(self.block_heap, (client.block_deadline, client.id))
         self.blocked_count += 1
-        if self.cluster is not None:
-            for q in queues:
-                self.cluster.need_jobs(q, now)
+        for q in queues:
+            self.cluster.need_jobs(q, now)
 
     def unblock_client(self, client: Client) -> None:
         for q in client.blocked_on:
@@ -682,17 +561,8 @@ class Node:
         """CONFIG SET changed directive `name`: the cluster layer and the host
         apply what is theirs. Raising ConfigError refuses the change: CONFIG SET
         passes this to Config.set_many, which then puts every value back."""
-        if self.cluster is not None:
-            self.cluster.config_changed(name)
+        self.cluster.config_changed(name)
         self.host.config_changed(name)
-
-    # -------------------------------------------------------------------- misc
-    def reachable_nodes_count(self) -> int:
-        """Reachable nodes including myself."""
-        v = self.view
-        if not v.fresh:
-            self._refresh_view()
-        return v.reachable
 
 
 def job_reply(job: Job, withcounters: bool = False) -> list:

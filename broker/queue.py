@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """A queue: jobs ordered by ctime (best-effort FIFO, SPEC section 3).
 
 New jobs almost always carry the largest ctime, so they go to the end; requeued

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """What the AOF must remember, as the core's outputs (SPEC section 7).
 
 Every state change that must survive a restart appends an item to

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """Per-job timers: a wheel of 10 ms buckets (SPEC section 5).
 
 A job's next wake-up time is derived from its state (broker/lifecycle.py's

@@ -49,9 +49,10 @@ from typing import Any
 from chaos.launcher import SYNCED_SUFFIX, Node, child_env, wait_for
 from chaos.workload import QUEUES
 from protocol.aof_codec import (
-    FILE_HEADER_SIZE, REC_ACK, REC_DEL, REC_EXPIRED, REC_FLUSHALL, REC_HEADER_SIZE, REC_JOB_ROWS,
-    REC_JOBS, AOFError, Scanner, decode_ids, decode_jobs,
+    FILE_HEADER_SIZE, JOB_RECORDS, REC_ACK, REC_DEL, REC_EXPIRED, REC_FLUSHALL, REC_HEADER_SIZE,
+    AOFError, Scanner, decode_ids, decode_jobs,
 )
+from protocol.job_record import ID
 
 AOF_NAME = "disque.aof"                 # appendfilename's default
 
@@ -88,8 +89,8 @@ def live_jobs(path: Path) -> set[str]:
     try:
         for _, payload in scanner.feed(path.read_bytes()):
             kind = payload[0]
-            if kind in (REC_JOBS, REC_JOB_ROWS):
-                alive.update(decode_jobs(payload)[0])
+            if kind in JOB_RECORDS:
+                alive.update(decode_jobs(payload)[ID])
             elif kind in (REC_DEL, REC_ACK, REC_EXPIRED):
                 alive.difference_update(decode_ids(payload))
             elif kind == REC_FLUSHALL:

@@ -75,11 +75,11 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
 
 
 class Node(ServerProcess):
-    """One ``python -m broker`` process (disquette.testing's), restartable on
+    """One ``python -m server`` process (disquette.testing's), restartable on
     the same port and dir, with a name and SIGSTOP/SIGCONT (``pause``)."""
 
     def __init__(self, name: str, port: int, workdir: Path, args: list[str]) -> None:
-        super().__init__([sys.executable, "-m", "broker"], args=args, port=port, dir=workdir)
+        super().__init__([sys.executable, "-m", "server"], args=args, port=port, dir=workdir)
         self.name = name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.paused = False

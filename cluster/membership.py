@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """Cluster membership and failure detection (sans-IO), after Disque's cluster.c.
 
 SPEC.md §8: "Full mesh over the bus. ``CLUSTER MEET`` on either side joins; gossip
@@ -38,8 +39,8 @@ import random
 import re
 from typing import Any, Final, Iterable
 
+from broker.cluster_hooks import ClusterError
 from broker.job import random_node_id
-from broker.node import ClusterView
 from cluster.outputs import (
     MYSELF_ID, NODE_ADDED, NODE_ADDRESS, NODE_DELETED, NODE_FAIL, NODE_LEAVING, NODE_PFAIL,
     NODE_RECOVERED, DropLink, Link, NodeEvent, SaveConfig, Send,
@@ -74,9 +75,10 @@ def is_node_id(s: str) -> bool:
     return isinstance(s, str) and _HEX40.match(s) is not None
 
 
-class MembershipError(Exception):
+class MembershipError(ClusterError):
     """An admin command cannot be applied; the text is the RESP error without the
-    ``ERR`` prefix (Redis' wording)."""
+    ``ERR`` prefix (Redis' wording). A ClusterError: the CLUSTER commands
+    (broker/commands/cluster.py) catch it under the broker's name."""
 
 
 # -- the node table ------------------------------------------------------------------
@@ -142,9 +144,6 @@ class Membership:
         # reachable_sorted(), computed at most once between two inputs (every input
         # that may change a node's flags or the table resets it).
         self._reachable: tuple | None = None
-        # the broker's typed copy of our id, LEAVING flag and reachable count
-        # (broker/node.py ClusterView), marked stale with _reachable
-        self.view: ClusterView | None = None
 
     # -- identity ------------------------------------------------------------------
 
@@ -649,8 +648,6 @@ class Membership:
     def _input(self) -> None:
         """An input that may change a node's flags, the table or our id."""
         self._reachable = None
-        if self.view is not None:
-            self.view.fresh = False
 
     def reachable_sorted(self) -> tuple[str, ...]:
         """:meth:`reachable_ids` sorted (a stable order for seeded choices), cached

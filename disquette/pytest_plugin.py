@@ -15,7 +15,7 @@ Installing disquette registers this plugin (the ``pytest11`` entry point);
 command line or as ini keys (pytest.ini, or ``[tool.pytest.ini_options]``):
 
 * ``--disquette-server`` / ``disquette_server``: the server command (default
-  ``python -m broker`` with this interpreter);
+  ``python -m server`` with this interpreter);
 * ``--disquette-config`` / ``disquette_config``: config directives for every
   node, one ``name value`` per line (the option may be repeated);
 * ``--disquette-scope`` / ``disquette_scope``: how long ``disquette_node`` and
@@ -42,14 +42,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("disquette", "Disquette nodes for tests (disquette.pytest_plugin)")
     group.addoption("--disquette-server", dest="disquette_server", default=None,
                     metavar="COMMAND",
-                    help="command starting a node (default: python -m broker)")
+                    help="command starting a node (default: python -m server)")
     group.addoption("--disquette-config", dest="disquette_config", action="append",
                     default=[], metavar="'NAME VALUE'",
                     help="a config directive for every node (repeatable)")
     group.addoption("--disquette-scope", dest="disquette_scope", default=None,
                     choices=SCOPES,
                     help="scope of disquette_node and disquette_cluster (default: function)")
-    parser.addini("disquette_server", "command starting a node (default: python -m broker)",
+    parser.addini("disquette_server", "command starting a node (default: python -m server)",
                   default="")
     parser.addini("disquette_config", "config directives for every node, one per line",
                   type="linelist", default=[])

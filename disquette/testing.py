@@ -8,7 +8,7 @@ they also work alone::
     with DisquetteCluster(3) as cluster:
         cluster.client.add_job("emails", {"to": 42})
 
-A node runs ``python -m broker`` by default (the server installed beside this
+A node runs ``python -m server`` by default (the server installed beside this
 SDK); ``command`` runs another one (``["disquette-server"]``, or Disque's own
 ``disque-server``: the nodes are driven only with Disque's commands). The SDK
 imports nothing of the server: the node is a process, as in production.
@@ -98,7 +98,7 @@ def directive_args(config: Iterable[str] = (), directives: Mapping[str, Any] | N
 
 def default_command() -> list[str]:
     """The server installed with this SDK, run by this interpreter."""
-    return [sys.executable, "-m", "broker"]
+    return [sys.executable, "-m", "server"]
 
 
 def _wait(predicate: Callable[[], Any], deadline: float, what: Callable[[], str]) -> Any:

@@ -56,10 +56,13 @@ from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Generator, Iterable
 
-from . import tracing
+from .tracing import (
+    current_context, end_ack, end_deliver, handle_span, start_ack, start_deliver, tracer_for,
+)
 from .aio import AsyncClient
 from .commands import getjob_request, ids_request
 from .dead_letters import dead_queue_name, envelope
+from .backoff import Backoff
 from .errors import DisqueConnectionError, DisqueError, LeaseLost, NoJobError, TooLateError
 from .job import Job
 from .metrics import WorkerMetrics
@@ -127,7 +130,7 @@ class _ThreadBridge:
 
 class _Running:
     __slots__ = ("job", "task", "started", "next_touch", "touching", "quiet", "abandoned",
-                 "handling", "span")
+                 "handling", "span", "held_until")
 
     def __init__(self, job: Job, started: float, first_touch: float) -> None:
         self.job = job
@@ -139,6 +142,7 @@ class _Running:
         self.abandoned = False   # the grace period is over: the worker NACKed it
         self.handling = False    # the handler runs now
         self.span: Any = None    # the deliver span, with tracing
+        self.held_until = 0.0    # failed, kept until then with WORKING (a backoff), then NACKed
 
 
 class _Resume:
@@ -218,7 +222,10 @@ class Worker:
     nacks + additional deliveries + 1).  ``dead_letter_queue``: a name, or a
     function of the job's queue (default ``"<queue>:dead"``).
     ``retry_backoff``: on failure, let RETRY re-queue the job instead of
-    NACKing it (the failure then counts as a lost delivery).
+    NACKing it (the failure then counts as a lost delivery).  ``backoff``: a
+    :class:`~disquette.Backoff` (or a function of the job returning one or
+    None): a failed job is kept, with WORKING and out of the slots, for its
+    delay, then NACKed (disquette/backoff.py).
     ``grace_period``: seconds in-flight jobs get at shutdown.
     ``poll_ms``: how long one GETJOB blocks.  ``working_after``: seconds a
     handler runs before the first WORKING.  ``fast_ack``: FASTACK instead of
@@ -244,7 +251,8 @@ class Worker:
                  on_failure: Callable[..., Any] | None = None,
                  metrics: bool | None = None, max_failures: int | None = None,
                  max_lost_deliveries: int | None = None, prefetch: int = 0,
-                 tracing: bool | None = None) -> None:
+                 tracing: bool | None = None,
+                 backoff: Backoff | Callable[[Job], Backoff | None] | None = None) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         if prefetch < 0:
@@ -260,6 +268,7 @@ class Worker:
         self.policy = PoisonPolicy(max_attempts, max_failures, max_lost_deliveries)
         self.dead_letter_queue = dead_letter_queue
         self.retry_backoff = retry_backoff
+        self.backoff = backoff
         self.grace_period = grace_period
         self.poll_ms = poll_ms
         self.working_after = working_after
@@ -280,6 +289,7 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._main: asyncio.Task[None] | None = None
         self._inflight: dict[str, _Running] = {}
+        self._held: dict[str, _Running] = {}  # failed, waiting out their backoff
         self._buffer: deque[Job] = deque()
         self._starting = False
         self._tracer: Any = None
@@ -330,8 +340,9 @@ class Worker:
     def run_until_empty(self, timeout: float | None = None) -> None:
         """For tests: serve until the queues are empty (on the worker's node)
         and nothing is in flight, then stop as ``stop()`` does and return.
-        Jobs waiting for their DELAY or RETRY are not waited for.  Raises
-        TimeoutError (after stopping) if that takes over ``timeout`` seconds."""
+        Jobs waiting for their DELAY or RETRY are not waited for (those kept
+        for a ``backoff`` are).  Raises TimeoutError (after stopping) if that
+        takes over ``timeout`` seconds."""
         self._run_loop(self.serve_until_empty(timeout))
 
     async def serve_until_empty(self, timeout: float | None = None) -> None:
@@ -368,10 +379,12 @@ class Worker:
         self._bridge = _ThreadBridge(self, self._loop)
         self._executor = None if self._async_handler else ThreadPoolExecutor(
             self.concurrency, thread_name_prefix="disquette-worker")
-        self._tracer = tracing.tracer_for(self.tracing)
-        # An async handler, no spans, no gauges: a job's start and end skip
-        # their checks (the hot path, per job).
-        self._plain = self._async_handler and self._tracer is None and not self.metrics
+        self._tracer = tracer_for(self.tracing)
+        # An async handler, no spans: a job's start and end skip their checks
+        # (the hot path, per job).
+        self._plain = self._async_handler and self._tracer is None
+        if self.metrics:  # counted per batch; its in-flight gauge read when scraped
+            self.metrics.workers.add(self)
         # ...and no hooks either: a fresh job's handler starts without _process
         # (_run_batch), which comes in only if it waits or raises.
         self._fast = self._plain and self.before_job is None and self.after_job is None
@@ -436,7 +449,7 @@ class Worker:
                 await self._return_jobs(jobs)
                 return
             if not jobs and self._until_empty:
-                if not (self._inflight or self._buffer or self._fetching):
+                if not (self._inflight or self._buffer or self._fetching or self._held):
                     self._request_stop(False)  # nothing queued, nothing running: done
                     return
                 self._slot_free.clear()  # something runs: look again when it ends
@@ -467,7 +480,7 @@ class Worker:
         elif isinstance(acked, Exception):
             log.error("ack of %d jobs refused: %s", len(ids), acked)
         if span is not None:
-            tracing.end_ack(span, acked if isinstance(acked, Exception) else None)
+            end_ack(span, acked if isinstance(acked, Exception) else None)
         if isinstance(jobs, Exception):
             raise jobs
         return jobs
@@ -499,9 +512,7 @@ class Worker:
             if not self._async_handler:
                 job._client = self._bridge
             if self._tracer is not None:
-                run.span = tracing.start_deliver(self._tracer, job)
-            if self.metrics:
-                self.metrics.in_flight.inc()
+                run.span = start_deliver(self._tracer, job)
         return run
 
     def _spawn_batch(self, runs: deque[_Running]) -> None:
@@ -659,11 +670,8 @@ class Worker:
                 del self._inflight[job.id]
             if self._buffer:
                 self._start_buffered()
-            if not self._plain:
-                if self.metrics:
-                    self.metrics.in_flight.dec()
-                if run.span is not None:
-                    tracing.end_deliver(run.span, outcome)
+            if not self._plain and run.span is not None:
+                end_deliver(run.span, outcome)
 
     async def _handle(self, run: _Running) -> None:
         job = run.job
@@ -678,7 +686,7 @@ class Worker:
 
     async def _handle_traced(self, run: _Running) -> None:
         job = run.job
-        with tracing.handle_span(self._tracer, run.span, job):
+        with handle_span(self._tracer, run.span, job):
             if self._async_handler:
                 await self._handle(run)
             else:  # the thread runs in this context: the handle span is current there
@@ -708,14 +716,26 @@ class Worker:
         log.warning("job %s (queue %s, attempt %d) failed: %r", job.id, job.queue,
                     job.attempts, exc)
         await _call_hook(self.on_failure, job, exc)
-        verdict = self.policy.after_failure(job)
+        verdict = self.policy.after_failure(job, exc)
         if verdict is not None:
             return await self._dead_letter(run, exc, tb, verdict)
+        backoff = self.backoff(job) if callable(self.backoff) else self.backoff
+        if backoff is not None and not job.lease_lost and not run.abandoned:
+            delay = backoff.delay(job.attempts)
+            if delay > 0:
+                self._hold(run, delay)
+                return "failed"
         if self.retry_backoff:
             run.quiet = True  # no more WORKING: RETRY re-queues it
         else:
             await self._nack([job])
         return "failed"
+
+    def _hold(self, run: _Running, delay: float) -> None:
+        """A failed job kept for ``delay`` seconds (WORKING meanwhile, by the
+        keepalive loop, out of the slots), then NACKed: see backoff.py."""
+        run.held_until = time.monotonic() + delay
+        self._held[run.job.id] = run
 
     async def _dead_letter(self, run: _Running, error: BaseException, tb: str | None,
                            verdict: Verdict) -> str:
@@ -724,7 +744,7 @@ class Worker:
         body = envelope(job, error, tb, time.time(), verdict.reason, verdict.limit)
         try:
             if run.span is not None:
-                with tracing.current_context(run.span):
+                with current_context(run.span):
                     await self._aclient.add_job(dlq, body, ttl=self.dead_letter_ttl)
             else:
                 await self._aclient.add_job(dlq, body, ttl=self.dead_letter_ttl)
@@ -757,7 +777,7 @@ class Worker:
         for job in jobs:
             self._finished(job, "returned")
             if self._tracer is not None:  # never started: a deliver span of its own
-                tracing.end_deliver(tracing.start_deliver(self._tracer, job), "returned")
+                end_deliver(start_deliver(self._tracer, job), "returned")
         for node, ids in _by_node(jobs).items():
             try:
                 await self._aclient.enqueue(*ids, node=node)
@@ -788,6 +808,8 @@ class Worker:
         if self._fetching == self.fetchers or self._stopping:
             self._ack_wakeup.set()
         self.stats["ok"] += len(runs)
+        if self.metrics:
+            self.metrics.succeeded(runs, time.monotonic())
 
     def _ack(self, job: Job, run: _Running) -> None:
         """Acks wait for the next GETJOB, which carries those for its node (no
@@ -808,7 +830,7 @@ class Worker:
         if self._tracer is None:
             return None
         links = [ctx for ctx in map(self._ack_links.pop, ids, [None] * len(ids)) if ctx]
-        return tracing.start_ack(self._tracer, command, links)
+        return start_ack(self._tracer, command, links)
 
     async def _ack_loop(self) -> None:
         while not self._acks_closing:
@@ -839,7 +861,7 @@ class Worker:
                 error = e
                 log.error("ack of %d jobs refused: %s", len(ids), e)
             if span is not None:
-                tracing.end_ack(span, error)
+                end_ack(span, error)
         return ok
 
     # -- WORKING
@@ -852,6 +874,30 @@ class Worker:
                                                   or run.job.lease_lost):
                     run.touching = True
                     self._spawn(self._touch(run))
+            if self._held:
+                self._keep_held(now)
+
+    def _keep_held(self, now: float) -> None:
+        """Failed jobs in their backoff: NACKed once it is over, kept with
+        WORKING until then (dropped if the lease is lost: RETRY brings them
+        back)."""
+        due = []
+        for job_id, run in list(self._held.items()):
+            if run.job.lease_lost:
+                del self._held[job_id]
+            elif run.held_until <= now:
+                if not run.touching:
+                    del self._held[job_id]
+                    due.append(run.job)
+            elif run.next_touch <= now and not run.touching:
+                run.touching = True
+                self._spawn(self._touch(run))
+        if due:
+            self._spawn(self._nack_held(due))
+
+    async def _nack_held(self, jobs: list[Job]) -> None:
+        await self._nack(jobs)
+        self._slot_free.set()  # run_until_empty: they are queued again, look again
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -908,7 +954,12 @@ class Worker:
                 self._main.cancel()
 
     async def _drain(self) -> None:
-        """Let the jobs in flight finish for up to grace_period; NACK the rest."""
+        """Let the jobs in flight finish for up to grace_period; NACK the rest
+        (and at once the failed jobs waiting out a backoff)."""
+        if self._held:
+            held = [r.job for r in self._held.values() if not r.job.lease_lost]
+            self._held.clear()
+            await self._nack(held)
         if self._inflight:
             log.info("stopping: waiting up to %.1f s for %d jobs", self.grace_period,
                      len(self._inflight))
@@ -949,6 +1000,8 @@ class Worker:
         await asyncio.wait(tasks, timeout=SHUTDOWN_WAIT)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+        if self.metrics:
+            self.metrics.workers.discard(self)
         if owned:
             await self._aclient.aclose()
         # The bridge refers back to the worker: break the cycle, so that the

@@ -1,7 +1,8 @@
 """The AOF's bytes, without a job object or a file: the file header, record
-framing and checksums, and decoding a record's columns (SPEC section 7).
+framing and checksums, and a job record's rows and columns, both ways (SPEC
+section 7).
 
-Shared by the node (broker/aof_format.py: the encoder from Job objects and
+Shared by the node (broker/aof_format.py: its records from Job objects, and
 the loader) and by readers of the job history that are not nodes (the
 ``disquette-aof`` Spark data source, disquette/spark/aof_source.py): one copy
 of the format. Nothing here opens a file or reads a clock.
@@ -10,8 +11,8 @@ File layout
 -----------
 A 16-byte file header, then records, back to back::
 
-    file header   8s magic  b"\\x89DSQAOF\\n"
-                  u16 format version (2; version 1 files load too),
+    file header   8s magic  b"\x89DSQAOF\n"
+                  u16 format version (3; versions 1 and 2 load too),
                   u16 flags (0),
                   u32 CRC32C of the 12 bytes before it
     record        u32 payload length (>= 1)
@@ -21,12 +22,16 @@ A 16-byte file header, then records, back to back::
 
 All integers are little endian. Record types:
 
-    J  job creations: msgpack of a column list (below); a batch of 16..1024 jobs
-    j  job creations, a few (1..15): msgpack of a list of rows, one per job:
-       [id, queue, body, state, flags, repl, etime, ctime, delay, retry, nacks,
-        additional-deliveries, requeue-time, nodes-delivered (list or None)]
+    C  job creations: msgpack of a column list (below); a batch of 16..1024 jobs
+    c  job creations, a few (1..15): msgpack of a list of rows, one per job:
+       the job's record (protocol/job_record.py, as the bus carries it):
+       [id, queue, body, state, flags, replicate, etime, ctime, delay, retry,
+        nacks, additional-deliveries, nodes-delivered (list or None),
+        requeue-time]
        and, when a job of the record has an IDEMPOTENCY key (ext), one more
        field in every row: the key or None
+    J, j  the same as C and c with the fields in ORDER_V2 (requeue-time
+       before nodes-delivered): what versions 1 and 2 wrote; still read
     D  deletions (evictions of any kind): job ids, 40 bytes each, back to back
     A  acknowledgements: job ids, as D
     R  deliveries of RETRY 0 jobs (never to be queued again): job ids, as D
@@ -47,25 +52,34 @@ without decoding them:
     Q  requeues (the RETRY timer, or ENQUEUE, put the job back in its queue):
        job ids, as D
 
-Version 2 added T, E, G, N and Q; a version 1 file holds none of them, and
-its header is rewritten to version 2 when a node opens it for appending (so
-an older server refuses it by its version instead of calling it corrupt).
+Version 2 added T, E, G, N and Q. Version 3 writes a job's fields in the
+record's order (C and c instead of J and j); its other records are version
+2's. A file of an older version gets this version's header, in place, when a
+node opens it for appending (server/aof_files.py upgrade_header: an older
+server then refuses it by its version instead of calling it corrupt). Its
+records stay as they were, and each job record says its layout by its type
+byte: J and j records before the upgrade, C and c after it, read each in its
+own order (also by a reader that starts in the middle of the file, as the
+Spark reader's partitions do, without the file header).
 
-A ``J`` body is a msgpack list of columns, one entry per job in each column::
+A ``C`` body is a msgpack list of columns, one entry per job in each column,
+in the record's order, the queue as two columns::
 
-    [ids, queue-names, queue-index, bodies, state, flags, repl, etime, ctime,
-     delay, retry, nacks, additional-deliveries, requeue-time, nodes]
+    [ids, queue-names, queue-index, bodies, state, flags, replicate, etime,
+     ctime, delay, retry, nacks, additional-deliveries, nodes, requeue-time]
 
 and, when a job of the batch has an IDEMPOTENCY key (ext), one more column:
 the key or None per job. Records of jobs without keys keep the layout above.
+A ``J`` body is the same with the columns in ORDER_V2 (requeue-time before
+nodes).
 
 ``queue-names`` lists each distinct queue once and ``queue-index`` points into it
-(0 when every job is in the first queue); an all-zero integer column is stored as
-the integer 0; ``nodes`` is None or ``[node-id table, [index list or None per
-job]]`` for nodes-delivered. Columns instead of one list per job make both sides
-cheap: the writer gathers one attribute at a time, the loader lets msgpack's C
-decoder build every id, body and integer and creates the Job objects with one
-``map`` call. Rows cost less to write for the few jobs of a quiet event-loop turn.
+(0 when every job is in the first queue); an all-zero column of ZERO_COLUMNS is
+stored as the integer 0; ``nodes`` is None or ``[node-id table, [index list or
+None per job]]`` for nodes-delivered. Columns instead of one list per job make
+both sides cheap: the loader lets msgpack's C decoder build every id, body and
+integer and creates the Job objects with one ``map`` call. Rows cost less to
+write for the few jobs of a quiet event-loop turn.
 
 Records are appended in the order things happened (what broker/aof_format.py's
 loader relies on, and what a history read shows).
@@ -92,8 +106,12 @@ from itertools import repeat
 import msgpack
 from crc32c import crc32c
 
-REC_JOBS = 0x4A         # 'J'  job creations (a batch, in columns)
-REC_JOB_ROWS = 0x6A     # 'j'  job creations (a few, in rows)
+from protocol import job_record as field
+
+REC_JOBS = 0x43         # 'C'  job creations (a batch, in columns)
+REC_JOB_ROWS = 0x63     # 'c'  job creations (a few, in rows)
+REC_JOBS_V2 = 0x4A      # 'J'  job creations in columns, the fields in ORDER_V2
+REC_JOB_ROWS_V2 = 0x6A  # 'j'  job creations in rows, the fields in ORDER_V2
 REC_DEL = 0x44          # 'D'  deletions (evictions of any kind)
 REC_ACK = 0x41          # 'A'  acknowledgements
 REC_DELIVERED = 0x52    # 'R'  RETRY 0 jobs delivered: never to be queued again
@@ -105,16 +123,19 @@ REC_EXPIRED = 0x45      # 'E'  expirations (TTL), instead of D
 REC_GOT = 0x47          # 'G'  deliveries of RETRY > 0 jobs
 REC_NACK = 0x4E         # 'N'  NACKs
 REC_REQUEUE = 0x51      # 'Q'  requeues (RETRY timer, ENQUEUE)
-RECORD_NAMES = {REC_JOBS: "job batches", REC_JOB_ROWS: "job rows", REC_DEL: "deletions",
+RECORD_NAMES = {REC_JOBS: "job batches", REC_JOB_ROWS: "job rows",
+                REC_JOBS_V2: "job batches (v2)", REC_JOB_ROWS_V2: "job rows (v2)",
+                REC_DEL: "deletions",
                 REC_ACK: "acks", REC_DELIVERED: "deliveries", REC_FLUSHALL: "flushall",
                 REC_TIME: "time marks", REC_EXPIRED: "expirations",
                 REC_GOT: "deliveries (history)", REC_NACK: "nacks", REC_REQUEUE: "requeues",
                 REC_RELEASED: "releases"}
 HISTORY_ONLY = (REC_TIME, REC_GOT, REC_NACK, REC_REQUEUE)   # what a loader may skip
+JOB_RECORDS = (REC_JOBS, REC_JOB_ROWS, REC_JOBS_V2, REC_JOB_ROWS_V2)   # decode_jobs's
 
 MAGIC = b"\x89DSQAOF\n"
-VERSION = 2                     # what is written
-READ_VERSIONS = (1, 2)          # what loads
+VERSION = 3                     # what is written
+READ_VERSIONS = (1, 2, 3)       # what loads
 FILE_HEADER = struct.Struct("<8sHHI")
 FILE_HEADER_SIZE = FILE_HEADER.size            # 16
 REC_HEADER = struct.Struct("<III")
@@ -122,6 +143,17 @@ REC_HEADER_SIZE = REC_HEADER.size              # 12
 _LEN_CRC = struct.Struct("<II")
 _TIME = struct.Struct("<Q")
 ID_LEN = 40                     # a job id's length (broker/job.py JOB_ID_LEN)
+
+# The fields of a job in J and j records (format versions 1 and 2, and the
+# records of a file upgraded from one): the record's (protocol/job_record.py)
+# with the requeue time before the holders. By name: each field's position there.
+ORDER_V2 = ("id", "queue", "body", "state", "flags", "replicate", "etime", "ctime", "delay",
+            "retry", "nacks", "additional_deliveries", "requeue_time", "nodes_delivered",
+            "idempotency_key")
+_FROM_V2 = tuple(ORDER_V2.index(name) for name in field.NAMES)
+# The integer columns a batch stores as the int 0 when every job's value is 0.
+ZERO_COLUMNS = (field.FLAGS, field.DELAY, field.RETRY, field.NACKS, field.ADDITIONAL_DELIVERIES,
+                field.REQUEUE_TIME)
 
 
 # ----------------------------------------------------------------- encoding
@@ -133,6 +165,42 @@ def file_header(version: int = VERSION) -> bytes:
 def encode_record(payload: bytes) -> bytes:
     head = _LEN_CRC.pack(len(payload), crc32c(payload))
     return head + struct.pack("<I", crc32c(head)) + payload
+
+
+def encode_job_rows(records: list) -> bytes:
+    """A c record of these jobs' records (protocol/job_record.py's lists, as
+    broker/job.py job_to_fields makes them): one row each; when one has an
+    IDEMPOTENCY key, every row has the key field (None for the others)."""
+    return encode_record(b"c" + msgpack.packb(_same_length(records)))
+
+
+def encode_job_columns(records: list) -> bytes:
+    """A C record of these jobs' records (as encode_job_rows's): a column per
+    field (see the module's docstring)."""
+    cols: list = list(zip(*_same_length(records)))
+    qnames: dict = {}
+    setq = qnames.setdefault
+    qidx = [setq(q, len(qnames)) for q in cols[field.QUEUE]]
+    holders = cols[field.NODES_DELIVERED]
+    if any(holders):
+        table: dict = {}
+        sett = table.setdefault
+        per = [[sett(n, len(table)) for n in h] if h else None for h in holders]
+        cols[field.NODES_DELIVERED] = [list(table), per]
+    else:
+        cols[field.NODES_DELIVERED] = None
+    for i in ZERO_COLUMNS:
+        if not any(cols[i]):
+            cols[i] = 0
+    cols[field.QUEUE:field.QUEUE + 1] = [list(qnames), qidx if len(qnames) > 1 else 0]
+    return encode_record(b"C" + msgpack.packb(cols))
+
+
+def _same_length(records: list) -> list:
+    """The records, each with the key field if one has it."""
+    if all(len(r) == field.FIELDS for r in records):
+        return records
+    return [r if len(r) > field.FIELDS else [*r, None] for r in records]
 
 
 def encode_time(ms: int) -> bytes:
@@ -331,33 +399,42 @@ class Scanner:
 
 
 def decode_jobs(payload) -> list:
-    """The columns of a J or j payload (type byte included): ids, queues, bodies,
-    state, flags, repl, etime, ctime, delay, retry, nacks, additional-deliveries,
-    requeue-time (lists, tuples or iterators; an all-zero column may be the int 0),
-    nodes-delivered (None, or a list of node-id lists/None per job), and when the
-    record has them the IDEMPOTENCY keys (ext: a key or None per job)."""
+    """The columns of a job record (a payload of JOB_RECORDS, type byte
+    included), one per field of the record in its order (protocol/job_record.py,
+    whatever the record's): lists, tuples or iterators, an all-zero column may
+    be the int 0; nodes-delivered is None or a list of node-id lists/None per
+    job; and when the record has them the IDEMPOTENCY keys (ext: a key or None
+    per job)."""
+    kind = payload[0]
     data = msgpack.unpackb(payload[1:])
-    if payload[0] == REC_JOB_ROWS:
-        if (not isinstance(data, list) or not data or len(data[0]) not in (14, 15)
+    if kind == REC_JOB_ROWS or kind == REC_JOB_ROWS_V2:
+        if (not isinstance(data, list) or not data
+                or len(data[0]) not in (field.FIELDS, field.KEYED_FIELDS)
                 or any(len(r) != len(data[0]) for r in data)):
             raise ValueError("bad job rows layout")
-        cols = list(zip(*data))
-        nodes = cols[13]
-        cols[13] = None if not any(nodes) else list(nodes)
+        cols: list = list(zip(*data))
+        if kind == REC_JOB_ROWS_V2:
+            cols = [cols[i] for i in _FROM_V2[:len(cols)]]
+        holders = cols[field.NODES_DELIVERED]
+        cols[field.NODES_DELIVERED] = None if not any(holders) else list(holders)
         return cols
-    if not isinstance(data, list) or len(data) not in (15, 16):
+    # The queue is two columns (names, index), the first after the ids in
+    # either order.
+    if not isinstance(data, list) or len(data) not in (field.FIELDS + 1, field.KEYED_FIELDS + 1):
         raise ValueError("bad job record layout")
-    ids = data[0]
-    n = len(ids)
-    qnames = data[1]
-    data[1] = repeat(qnames[0], n) if data[2] == 0 else map(qnames.__getitem__, data[2])
-    del data[2]
-    nodes = data[13]
+    n = len(data[field.ID])
+    qnames = data[field.QUEUE]
+    qidx = data[field.QUEUE + 1]
+    data[field.QUEUE:field.QUEUE + 2] = [repeat(qnames[0], n) if qidx == 0
+                                         else map(qnames.__getitem__, qidx)]
+    if kind == REC_JOBS_V2:
+        data = [data[i] for i in _FROM_V2[:len(data)]]
+    nodes = data[field.NODES_DELIVERED]
     if nodes is not None:
         table, per = nodes
         if len(per) != n:
             raise ValueError("column length mismatch")
-        data[13] = [[table[i] for i in idx] if idx else None for idx in per]
+        data[field.NODES_DELIVERED] = [[table[i] for i in idx] if idx else None for idx in per]
     return data
 
 

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """Cluster bus wire format (no I/O).
 
 SPEC.md §8: "Full mesh over the bus. ... PING/PONG carry the sender's view and a few
@@ -32,19 +33,30 @@ from typing import Any, Callable, Final, Iterator, NamedTuple
 
 import msgpack
 
+from protocol import job_record as field
 from protocol.build import EXTENSIONS
+
+
+class _NotBuilt(Exception):
+    """bus_c's exceptions where it is not built (never raised)."""
+
 
 if EXTENSIONS:
     try:
-        from protocol.bus_c import pack as _C_PACK, unpack as _C_UNPACK
+        from protocol.bus_c import Codec as _C_CODEC
+        from protocol.bus_c import InvalidBody as _C_INVALID_BODY
+        from protocol.bus_c import Unsupported as _C_UNSUPPORTED
     except ImportError:     # not built (a source checkout without a compiler step)
-        _C_PACK = _C_UNPACK = None
+        _C_CODEC = None
+        _C_INVALID_BODY = _C_UNSUPPORTED = _NotBuilt
 else:
-    _C_PACK = _C_UNPACK = None
+    _C_CODEC = None
+    _C_INVALID_BODY = _C_UNSUPPORTED = _NotBuilt
 
 __all__ = [
     "PROTOCOL_VERSION", "DEFAULT_MAX_FRAME_SIZE", "BusProtocolError", "BusMessage",
-    "GossipEntry", "FrameReader", "encode_frame", "encode_body", "decode_body", "unbatch",
+    "GossipEntry", "BusCodec", "FrameReader", "encode_frame", "encode_body", "decode_body",
+    "unbatch",
     "TYPE_NAMES", "FLAG_NAMES", "flags_to_names",
     "PING", "PONG", "MEET", "FAIL", "REPLJOB", "YOURJOBS", "GOTJOB", "ENQUEUE",
     "NEEDJOBS", "SETACK", "GOTACK", "DELJOB", "WORKING", "WILLQUEUE", "QUEUED", "PAUSE",
@@ -203,21 +215,18 @@ class BusMessage:
         return TYPE_NAMES.get(self.type, str(self.type))
 
 
-# One packer for the bodies (msgpack.packb makes a new one per call: half the
-# cost of a small body); the process is one thread. A packer keeps its buffer at
-# the largest body it made, so one that made a big body (a job of many MB) is
-# replaced rather than kept.
-_PACKER = msgpack.Packer(use_bin_type=True)
+# A packer keeps its buffer at the largest body it made, so one that made a
+# body bigger than this (a job of many MB) is replaced rather than kept.
 _PACKER_KEEP: Final = 1 << 20
 
 
 class _Head:
-    """A header packed once (see encode_body): the fields it was packed from
-    and its bytes."""
+    """A header packed once (see BusCodec._packed): the fields it was packed
+    from and its bytes."""
 
     __slots__ = ("sender", "ip", "port", "bus_port", "flags", "packed")
 
-    def __init__(self, msg: BusMessage) -> None:
+    def __init__(self, msg: BusMessage, packer: Any) -> None:
         self.sender = msg.sender
         self.ip = msg.ip
         self.port = msg.port
@@ -225,7 +234,7 @@ class _Head:
         self.flags = msg.flags
         # The body's array with a None payload (one byte, 0xc0) packed, less
         # that byte: the 9-element array's head and its first 8 items.
-        whole: bytes = _PACKER.pack(
+        whole: bytes = packer.pack(
             [PROTOCOL_VERSION, msg.type, msg.sender, msg.ip, msg.port, msg.bus_port,
              msg.flags, [], None])
         self.packed = whole[:len(whole) - 1]
@@ -235,63 +244,113 @@ class _Head:
                 and msg.bus_port == self.bus_port and msg.flags == self.flags)
 
 
-# The last header packed for each sender and message type, when it had no
-# gossip (every job-layer message, one per frame): a msgpack array is its head
-# followed by its items, so the body is that header's bytes followed by the
-# packed payload, the same bytes as the whole list packed in one call, with 8
-# fewer objects for msgpack to look at per frame. By sender: a process runs one
-# node, but the simulator and the in-process bench run several.
-_HEADS: Final[dict[str, dict[int, _Head]]] = {}
-_HEADS_MAX: Final = 64      # senders (RESET HARD takes a new id)
+class BusCodec:
+    """Bus bodies both ways, with what one node keeps from a frame to the next:
+    the header it last packed for each message type, the node ids it found
+    well formed, and its packer. server/bus.py's ClusterBus reads with one
+    (its links' FrameReaders share it) and server/driver.py's OutputDriver
+    writes with another; the module's encode_frame, encode_body and
+    decode_body make a new one per call (tests, tools).
 
+    The compiled build packs and reads with protocol/bus_c.pyx's Codec
+    (msgpack's bytes and values); msgpack does what that one leaves to it
+    (bus_c.Unsupported), and all of it in the pure build. A body bus_c finds
+    invalid (bus_c.InvalidBody) is the peer's: a BusProtocolError. Any other
+    exception from it is a bug of ours, and goes through."""
 
-def _packed(msg: BusMessage, framed: bool) -> bytes:
-    """The body (led by its length when ``framed``): a header packed before,
-    then the payload; or, with gossip, the whole list. The compiled build packs
-    with protocol/bus_c.pyx (the same bytes as msgpack's), msgpack packs
-    what that one leaves to it, and the pure build."""
-    global _PACKER
-    if msg.gossip:
-        prefix = b""
-        value: Any = [PROTOCOL_VERSION, msg.type, msg.sender, msg.ip, msg.port, msg.bus_port,
-                      msg.flags, msg.gossip, msg.payload]
-    else:
-        heads = _HEADS.get(msg.sender)
-        if heads is None:
-            if len(_HEADS) >= _HEADS_MAX:
-                _HEADS.clear()
-            heads = _HEADS[msg.sender] = {}
-        head = heads.get(msg.type)
-        if head is None or not head.fits(msg):
-            head = heads[msg.type] = _Head(msg)
-        prefix = head.packed
-        value = msg.payload
-    if _C_PACK is not None:
+    def __init__(self) -> None:
+        # msgpack.packb makes a new Packer per call: half the cost of a small body.
+        self.packer: Any = msgpack.Packer(use_bin_type=True)
+        # The last header packed for each message type, when it had no gossip
+        # (every job-layer message, one per frame): a msgpack array is its head
+        # followed by its items, so the body is that header's bytes followed
+        # by the packed payload, the same bytes as the whole list packed in
+        # one call, with 8 fewer objects to look at per frame.
+        self.heads: dict[int, _Head] = {}
+        # Node ids found well formed (the senders, the holders REPLJOB lists:
+        # a handful in a cluster), each kept as the first str that carried it:
+        # the ids of every frame are not matched again, and a decoded message
+        # names a node with that one object, whose hash is known and which
+        # compares by identity where the job layer looks ids up (broker/job.py's
+        # holder tuples). Bounded (_NODE_IDS_MAX), as what is in it comes from peers.
+        self.node_ids: dict[str, str] = {}
+        c: Any = _C_CODEC() if _C_CODEC is not None else None
+        self.c_pack: Any = c.pack if c is not None else None
+        self.c_unpack: Any = c.unpack if c is not None else None
+
+    def _packed(self, msg: BusMessage, framed: bool) -> bytes:
+        """The body (led by its length when ``framed``): a header packed
+        before, then the payload; or, with gossip, the whole list."""
+        if msg.gossip:
+            prefix = b""
+            value: Any = [PROTOCOL_VERSION, msg.type, msg.sender, msg.ip, msg.port,
+                          msg.bus_port, msg.flags, msg.gossip, msg.payload]
+        else:
+            head = self.heads.get(msg.type)
+            if head is None or not head.fits(msg):
+                head = self.heads[msg.type] = _Head(msg, self.packer)
+            prefix = head.packed
+            value = msg.payload
+        c_pack = self.c_pack
+        if c_pack is not None:
+            try:
+                packed: bytes = c_pack(prefix, value, framed)
+                return packed
+            except _C_UNSUPPORTED:
+                pass        # msgpack packs it, or raises its own error
+        body: bytes = prefix + self.packer.pack(value)
+        if len(body) > _PACKER_KEEP:
+            self.packer = msgpack.Packer(use_bin_type=True)
+        return _LEN.pack(len(body)) + body if framed else body
+
+    def encode_body(self, msg: BusMessage) -> bytes:
+        """The msgpack body alone (no length prefix)."""
+        return self._packed(msg, False)
+
+    def encode_frame(self, msg: BusMessage,
+                     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> bytes:
+        """Length-prefixed frame for ``msg``. Encode once and write the same
+        bytes to every destination of a broadcast."""
+        frame = self._packed(msg, True)
+        if len(frame) - 4 > max_frame_size:
+            raise BusProtocolError(
+                f"bus message of {len(frame) - 4} bytes exceeds the {max_frame_size} bytes "
+                "frame limit")
+        return frame
+
+    def _unpacked(self, body: Any) -> Any:
+        """The value a body holds."""
+        c_unpack = self.c_unpack
+        if c_unpack is not None:
+            try:
+                return c_unpack(body)
+            except _C_UNSUPPORTED:
+                pass        # msgpack reads it, or says what is wrong with it
+            except _C_INVALID_BODY as exc:
+                raise BusProtocolError(f"invalid bus frame body: {exc}") from None
         try:
-            packed: bytes = _C_PACK(prefix, value, framed)
-            return packed
-        except Exception:
-            pass        # a value bus_c leaves to msgpack: it packs it, or raises
-    body: bytes = prefix + _PACKER.pack(value)
-    if len(body) > _PACKER_KEEP:
-        _PACKER = msgpack.Packer(use_bin_type=True)
-    return _LEN.pack(len(body)) + body if framed else body
+            return msgpack.unpackb(body, raw=False, use_list=True, strict_map_key=False)
+        except (ValueError, TypeError) as exc:  # msgpack's (ExtraData, FormatError...)
+            raise BusProtocolError(f"invalid bus frame body: {exc}") from None
+
+    def decode_body(self, body: Any) -> BusMessage:
+        """Parse one msgpack body (bytes-like) into a :class:`BusMessage`."""
+        return _message(self._unpacked(body), self.node_ids)
 
 
 def encode_body(msg: BusMessage) -> bytes:
-    """The msgpack body alone (no length prefix)."""
-    return _packed(msg, False)
+    """BusCodec.encode_body with a codec of its own (tests, tools)."""
+    return BusCodec().encode_body(msg)
 
 
 def encode_frame(msg: BusMessage, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> bytes:
-    """Length-prefixed frame for ``msg``. Encode once and write the same bytes to
-    every destination of a broadcast."""
-    frame = _packed(msg, True)
-    if len(frame) - 4 > max_frame_size:
-        raise BusProtocolError(
-            f"bus message of {len(frame) - 4} bytes exceeds the {max_frame_size} bytes "
-            "frame limit")
-    return frame
+    """BusCodec.encode_frame with a codec of its own (tests, tools)."""
+    return BusCodec().encode_frame(msg, max_frame_size)
+
+
+def decode_body(body: Any) -> BusMessage:
+    """BusCodec.decode_body with a codec of its own (tests, tools)."""
+    return BusCodec().decode_body(body)
 
 
 def unbatch(msg: BusMessage) -> list[BusMessage]:
@@ -319,30 +378,22 @@ def _int(x: Any) -> bool:
     return type(x) is int
 
 
-# Node ids found well formed (the senders, the holders REPLJOB lists: a handful
-# in a cluster), each kept as the first str that carried it: the ids of every
-# frame are not matched again, and a decoded message names a node with that
-# one object, whose hash is known and which compares by identity where the
-# job layer looks ids up (broker/job.py's holder tuples). Bounded, as what is
-# in it comes from peers. (Final: a C static in the compiled build, not a
-# lookup in the module's globals per id.)
-_CHECKED_IDS: Final[dict[str, str]] = {}
-_CHECKED_IDS_MAX: Final = 4096
+_NODE_IDS_MAX: Final = 4096       # node ids a BusCodec keeps (see BusCodec.node_ids)
 
 
-def _node_id(x: Any) -> str | None:
-    """``x`` as the one str kept for that node id, if it is one (40 lowercase
-    hex chars), else None."""
+def _node_id(x: Any, ids: dict[str, str]) -> str | None:
+    """``x`` as the one str ``ids`` (a BusCodec's node_ids) keeps for that node
+    id, if it is one (40 lowercase hex chars), else None."""
     if type(x) is not str:
         return None
-    found = _CHECKED_IDS.get(x)
+    found = ids.get(x)
     if found is not None:
         return found
     if _HEX40.match(x) is None:
         return None
-    if len(_CHECKED_IDS) >= _CHECKED_IDS_MAX:
-        _CHECKED_IDS.clear()
-    _CHECKED_IDS[x] = x
+    if len(ids) >= _NODE_IDS_MAX:
+        ids.clear()
+    ids[x] = x
     return x
 
 
@@ -356,7 +407,7 @@ def _list_of(x: Any, check: Callable[[Any], bool]) -> bool:
     return True
 
 
-def _node_ids(x: Any) -> bool:
+def _node_ids(x: Any, known: dict[str, str]) -> bool:
     """None or a list of node ids, each replaced by the str kept for it (a
     loop of its own, not _list_of: REPLJOB checks one per job, and a native
     call per id is cheaper than a call through a function object)."""
@@ -366,42 +417,45 @@ def _node_ids(x: Any) -> bool:
         return False
     ids: list = x
     for i in range(len(ids)):
-        nid = _node_id(ids[i])
+        nid = _node_id(ids[i], known)
         if nid is None:
             return False
         ids[i] = nid
     return True
 
 
-def _job_fields(f: Any) -> bool:
-    """broker/job.py's job_to_fields: id, queue, body, state, flags, repl, etime,
-    ctime, delay, retry, nacks, additional-deliveries, nodes-delivered, requeue time,
-    and (ext) the IDEMPOTENCY key when the job has one, then (ext) the sender's
-    clock, an int (cluster/replication.py wire_fields)."""
+def _job_fields(f: Any, ids: dict[str, str]) -> bool:
+    """A job's record (protocol/job_record.py), and (ext) the sender's clock
+    after it, an int (cluster/replication.py wire_fields)."""
     if type(f) is not list:
         return False
     n = len(f)
-    if n in (15, 16) and type(f[n - 1]) is int:
+    if (n == field.FIELDS + 1 or n == field.KEYED_FIELDS + 1) and type(f[n - 1]) is int:
         n -= 1
-    if not ((n == 14 or (n == 15 and _idem_key(f[14])))
-            and _job_id(f[0]) and type(f[1]) is bytes and type(f[2]) is bytes):
+    if not ((n == field.FIELDS
+             or (n == field.KEYED_FIELDS and _idem_key(f[field.IDEMPOTENCY_KEY])))
+            and _job_id(f[field.ID]) and type(f[field.QUEUE]) is bytes
+            and type(f[field.BODY]) is bytes):
         return False
     fields: list = f
-    # Fields 3 to 11 and 13 are ints (a range of C ints: no tuple of boxed indexes).
-    for i in range(3, 12):
+    # The fields from the state to the additional deliveries, and the requeue
+    # time, are ints (a range of C ints: no tuple of boxed indexes).
+    for i in range(field.STATE, field.NODES_DELIVERED):
         if type(fields[i]) is not int:
             return False
-    if type(fields[13]) is not int:
+    if type(fields[field.REQUEUE_TIME]) is not int:
         return False
     # State, flags and REPLICATE: narrow C ints of the compiled Job (broker/job.py).
-    if not (0 <= fields[3] < 256 and 0 <= fields[4] < 256 and 0 <= fields[5] <= 65535):
+    if not (0 <= fields[field.STATE] <= field.STATE_MAX
+            and 0 <= fields[field.FLAGS] <= field.FLAGS_MAX
+            and 0 <= fields[field.REPLICATE] <= field.REPLICATE_MAX):
         return False
-    return _node_ids(fields[12])
+    return _node_ids(fields[field.NODES_DELIVERED], ids)
 
 
 def _idem_key(x: Any) -> bool:
-    """(ext) An ADDJOB IDEMPOTENCY key: 1 to 256 bytes (broker/idempotency.py)."""
-    return type(x) is bytes and 0 < len(x) <= 256
+    """(ext) An ADDJOB IDEMPOTENCY key (broker/idempotency.py)."""
+    return type(x) is bytes and 0 < len(x) <= field.KEY_MAX_BYTES
 
 
 def _id_and_int(p: Any) -> bool:
@@ -417,20 +471,25 @@ def _needjobs(p: Any) -> bool:
             and _list_of(p[1:], _int))
 
 
-def _yourjobs(p: Any) -> bool:
-    return _list_of(p, _job_fields)
+def _yourjobs(p: Any, ids: dict[str, str]) -> bool:
+    if type(p) is not list:
+        return False
+    for f in p:
+        if not _job_fields(f, ids):
+            return False
+    return True
 
 
 def _pause(p: Any) -> bool:
     return type(p) is list and len(p) == 2 and type(p[0]) is bytes and _int(p[1])
 
 
-def _payload_ok(mtype: int, p: Any) -> bool:
+def _payload_ok(mtype: int, p: Any, ids: dict[str, str]) -> bool:
     """Whether a job-layer payload has its type's shape (a type without one:
     yes). The commonest types first; a chain rather than a table of functions,
     so that the compiled build calls each check natively."""
     if mtype == REPLJOB:
-        return _job_fields(p)
+        return _job_fields(p, ids)
     if mtype == GOTJOB or mtype == DELJOB or mtype == WILLQUEUE or mtype == WORKING \
             or mtype == ENQUEUE:
         return _job_id(p)
@@ -441,7 +500,7 @@ def _payload_ok(mtype: int, p: Any) -> bool:
     if mtype == NEEDJOBS:
         return _needjobs(p)
     if mtype == YOURJOBS:
-        return _yourjobs(p)
+        return _yourjobs(p, ids)
     if mtype == PAUSE:
         return _pause(p)
     return True
@@ -451,24 +510,9 @@ def _bad(what: str) -> BusProtocolError:
     return BusProtocolError(f"invalid bus message: {what}")
 
 
-def _unpacked(body: Any) -> Any:
-    """The value a body holds: read by protocol/bus_c.pyx in the compiled
-    build (msgpack's values), by msgpack in the pure build and where bus_c
-    leaves it to msgpack (which reads it or says what is wrong with it)."""
-    if _C_UNPACK is not None:
-        try:
-            return _C_UNPACK(body)
-        except Exception:
-            pass
-    try:
-        return msgpack.unpackb(body, raw=False, use_list=True, strict_map_key=False)
-    except Exception as exc:  # msgpack raises several types (ExtraData, ValueError...)
-        raise BusProtocolError(f"invalid bus frame body: {exc}") from None
-
-
-def decode_body(body: Any) -> BusMessage:
-    """Parse one msgpack body (bytes-like) into a :class:`BusMessage`."""
-    obj = _unpacked(body)
+def _message(obj: Any, ids: dict[str, str]) -> BusMessage:
+    """The message a body's value is (BusCodec.decode_body), its node ids the
+    ones ``ids`` keeps."""
     if type(obj) is not list or len(obj) != 9:
         if type(obj) is list and obj and obj[0] == AUTH_MAGIC:
             raise BusProtocolError("the peer authenticates its bus links "
@@ -480,7 +524,7 @@ def decode_body(body: Any) -> BusMessage:
             f"unsupported bus protocol version {version!r} (this node speaks {PROTOCOL_VERSION})")
     if type(mtype) is not int:
         raise _bad("type is not an integer")
-    sender = _node_id(sender)
+    sender = _node_id(sender, ids)
     if sender is None:
         raise _bad("sender is not a 40 hex chars node id")
     if type(ip) is not str or len(ip) > 255:
@@ -498,7 +542,7 @@ def decode_body(body: Any) -> BusMessage:
         if type(e) is not list or len(e) != 7:
             raise _bad("gossip entry is not a 7-element array")
         gid, gip, gport, gbus, gflags, gping, gpong = e
-        gid = _node_id(gid)
+        gid = _node_id(gid, ids)
         if (gid is None or type(gip) is not str
                 or type(gport) is not int or type(gbus) is not int
                 or type(gflags) is not int or type(gping) is not int
@@ -517,7 +561,7 @@ def decode_body(body: Any) -> BusMessage:
                 raise _bad("batch entry is not a job-layer message")
         good: list | None = None    # the entries kept, once one is dropped
         for i in range(0, n, 2):
-            if _payload_ok(items[i], items[i + 1]):
+            if _payload_ok(items[i], items[i + 1], ids):
                 if good is not None:
                     good += items[i:i + 2]
             else:
@@ -526,7 +570,7 @@ def decode_body(body: Any) -> BusMessage:
                 malformed += 1
         if good is not None:
             payload = good
-    elif not _payload_ok(mtype, payload):
+    elif not _payload_ok(mtype, payload, ids):
         malformed = 1
         payload = None
     return BusMessage(mtype, sender, ip, port, bus_port, flags, entries, payload, malformed)
@@ -543,11 +587,16 @@ class FrameReader:
     On an authenticated link (see "Authenticated links" above) the shell reads
     the handshake with :meth:`next_auth`, then calls :meth:`authenticate` with
     the peer's sending key: from there on every frame must carry its tag.
+
+    ``codec``: the node's BusCodec, which decodes the bodies (one of its own
+    without it).
     """
 
-    __slots__ = ("_buf", "_pos", "max_frame_size", "_error", "_mac", "_seq")
+    __slots__ = ("_buf", "_pos", "max_frame_size", "_error", "_mac", "_seq", "codec")
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+                 codec: BusCodec | None = None) -> None:
+        self.codec = codec if codec is not None else BusCodec()
         self._buf = bytearray()
         self._pos = 0
         self.max_frame_size = max_frame_size
@@ -650,7 +699,7 @@ class FrameReader:
             raise BusProtocolError(
                 f"bus frame {self._seq} fails its authentication tag (forged, "
                 "replayed or reordered)")
-        return decode_body(data[pos + 4:end])
+        return self.codec.decode_body(data[pos + 4:end])
 
     def _compact(self) -> None:
         # Drop consumed bytes once in a while instead of after every frame: slicing

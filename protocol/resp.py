@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """RESP wire format for client connections: request readers and reply encoder.
 
 Sans-IO: nothing here touches a socket or an event loop. The connection shell

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """The cluster bus: asyncio shell that carries bus frames between nodes.
 
 SPEC.md §8: "Full mesh over the bus." This module only moves bytes; what to send and
@@ -44,8 +45,8 @@ from typing import Any, Callable, Sequence
 from cluster.outputs import Link
 from protocol.bus import (
     AUTH_ACCEPT, AUTH_HELLO, AUTH_NONCE_SIZE, AUTH_PROOF, DEFAULT_MAX_FRAME_SIZE, AuthMessage,
-    BusMessage, BusProtocolError, FrameReader, FrameSigner, auth_proof, encode_auth,
-    encode_frame, session_keys,
+    BusCodec, BusMessage, BusProtocolError, FrameReader, FrameSigner, auth_proof, encode_auth,
+    session_keys,
 )
 from server import listeners
 
@@ -64,7 +65,7 @@ class _Conn:
         self.peer = peer                 # outbound: the peer we dialled
         self.node_id = peer.node_id if peer is not None else None
         self.transport: asyncio.Transport | None = None
-        self.reader = FrameReader(bus.max_frame_size)
+        self.reader = FrameReader(bus.max_frame_size, bus.codec)
         self.link = Link()
         self.pending: list[bytes] = []
         self.pending_bytes = 0
@@ -316,6 +317,8 @@ class ClusterBus:
         self.host = host
         self.port = port
         self.max_frame_size = max_frame_size
+        # The node's bus bodies: every link's frames decoded, and what send encodes.
+        self.codec = BusCodec()
         self.connect_timeout = connect_timeout
         self.backoff_min = backoff_min
         self.backoff_max = backoff_max
@@ -438,7 +441,7 @@ class ClusterBus:
         same connection."""
         if isinstance(msg, BusMessage):
             try:
-                frame = encode_frame(msg, self.max_frame_size)
+                frame = self.codec.encode_frame(msg, self.max_frame_size)
             except BusProtocolError as exc:
                 log.warning("Not sending %s to %s: %s", msg.type_name, node_id, exc)
                 return

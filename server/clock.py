@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """The node's clock (ext): integer ms that a stepped system clock cannot send back.
 
 Disque reads the wall clock for every decision; a wall clock stepped by NTP, an

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """The output driver: the one place that carries a node's outputs out, in the
 order persistence needs. Used by the process (server/process.py, with its RESP
 shell and the cluster bus), by in-process nodes (server/sim/inprocess.py: fast
@@ -9,8 +10,8 @@ The core's outputs (DESIGN.md) are:
   ``client.conn.deliver(reply)``; ``conn`` is whatever object the shell attached
   to the client (a RESP connection, an HTTP request waiting, a test's list);
 - AOF records: ``node.records`` (broker/records.py), given to the AOF writer;
-- bus messages and membership effects: ``cluster.drain()`` (Send, DropLink,
-  SaveConfig, NodeEvent);
+- bus messages and membership effects: ``cluster.outbox.drain()`` (Send,
+  DropLink, SaveConfig, NodeEvent; cluster/outbox.py);
 - deadlines: ``node.next_deadline()``, when ``tick`` is due.
 
 The rule that makes persistence an output: a reply or a bus message produced by
@@ -34,9 +35,9 @@ from typing import Any, Callable
 
 from broker.node import Node
 from cluster.cluster import Cluster
-from cluster.membership import DropLink, NodeEvent, SaveConfig, Send
+from cluster.outputs import DropLink, NodeEvent, SaveConfig, Send
 from protocol.bus import (
-    BATCH, DEFAULT_MAX_FRAME_SIZE, BusMessage, BusProtocolError, encode_frame, unbatch,
+    BATCH, DEFAULT_MAX_FRAME_SIZE, BusCodec, BusMessage, BusProtocolError, unbatch,
 )
 
 log = logging.getLogger("server.driver")
@@ -57,8 +58,10 @@ class OutputDriver:
         ``save_nodes_conf(text)``; ``on_event(NodeEvent)``."""
         self.node = node
         self.cluster = cluster
+        self.outbox = cluster.outbox        # its outputs, drained here
         self.bus = bus
         self.encode = encode
+        self.codec = BusCodec()         # what it encodes (its headers packed once)
         self.aof: Any = None
         self.wake = wake
         self.arm_timer = arm_timer
@@ -134,7 +137,7 @@ class OutputDriver:
         messages wait, the timer re-armed."""
         if self.node.outbox:
             self.deliver_outbox()
-        if self.node.records or self.held or self.cluster.has_output:
+        if self.node.records or self.held or self.outbox.has_output:
             self._request_flush()
         if self.arm_timer is not None:
             deadline = self.node.next_deadline()
@@ -167,8 +170,8 @@ class OutputDriver:
                 conn.write_now(data)
         if node.outbox:         # delivered while records waited: nothing holds them now
             self.deliver_outbox()
-        if self.cluster.has_output:
-            self.send_cluster_outputs(self.cluster.drain())
+        if self.outbox.has_output:
+            self.send_cluster_outputs(self.outbox.drain())
 
     def send_cluster_outputs(self, outputs: list) -> None:
         if not self.encode:
@@ -199,7 +202,7 @@ class OutputDriver:
                 frame = frames.get(id(out.msg))
                 if frame is None:
                     try:
-                        frame = frames[id(out.msg)] = encode_frame(out.msg, limit)
+                        frame = frames[id(out.msg)] = self.codec.encode_frame(out.msg, limit)
                     except BusProtocolError as e:
                         if out.msg.type == BATCH:
                             # Too big for one frame: one frame per message.

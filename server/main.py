@@ -1,4 +1,4 @@
-"""``disquette-server`` / ``python -m broker``: read the config, set the process
+"""``disquette-server`` / ``python -m server``: read the config, set the process
 up (daemonize, chdir, log, pidfile, event loop, GC) and run the Server
 (server/process.py) until it stops."""
 
@@ -20,6 +20,16 @@ from server.tls import TLSConfigError
 log = logging.getLogger("server")
 
 
+def read_config_file(path: str) -> str:
+    """The text of a config file (or of one it includes), for Config.from_argv."""
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            return f.read()
+    except OSError as e:
+        raise ConfigError(f"Fatal error, can't open config file '{path}': "
+                          f"{e.strerror or e}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("-v", "--version"):
@@ -27,10 +37,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if argv and argv[0] in ("-h", "--help"):
         print("Usage: disquette-server [/path/to/disque.conf] [--directive value ...]\n"
-              "       python -m broker [/path/to/disque.conf] [--port 7711] ...")
+              "       python -m server [/path/to/disque.conf] [--port 7711] ...")
         return 0
     try:
-        config = Config.from_argv(argv, os.getcwd())
+        config = Config.from_argv(argv, os.getcwd(), read_config_file)
         command_table(config)       # a refused rename-command is fatal before anything starts
     except ConfigError as e:
         print(str(e), file=sys.stderr)

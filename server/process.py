@@ -212,7 +212,7 @@ class Server:
         remove_pidfile(self.config)
         for srv in self.listeners + self.tls_listeners:
             srv.close()
-        os.execv(sys.executable, [sys.executable, "-m", "broker", *self.argv])
+        os.execv(sys.executable, [sys.executable, "-m", "server", *self.argv])
 
     # -- persistence -------------------------------------------------------
     def attach_aof(self, aof: AppendOnlyFile | None) -> None:

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """The client shell: one asyncio connection per RESP client (RESP2/RESP3).
 
 Hot path, per read: feed the RESP reader, run each complete command through

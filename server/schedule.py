@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """What the process schedules on its event loop around the node: the output
 driver's flush, once per event-loop turn, and the node's timer (its next
 deadline); and the bus's messages handed to the driver with the time.

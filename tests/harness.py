@@ -1,7 +1,7 @@
 """Integration-test harness: real broker processes on loopback, real clients.
 
 Everything here talks to nodes the way a user would: a subprocess started with
-``python -m broker``, TCP on 127.0.0.1, redis-py (RESP2 and RESP3), a raw socket
+``python -m server``, TCP on 127.0.0.1, redis-py (RESP2 and RESP3), a raw socket
 for byte-exact checks, ``redis-cli`` and pydisque (in its own venv, because it
 needs redis<5).  No mocks, no fixed sleeps: readiness and conditions are awaited
 (polled), and a deadline (WAIT_TIMEOUT) only guards against a hang: a loaded
@@ -268,7 +268,7 @@ class NodeProcess(ServerProcess):
     clients): ``<cmd> --port P --dir D [args ...]``, so ``args`` may say
     otherwise; stdout+stderr appended to ``D/node.log``.
 
-    ``cmd`` defaults to ``[sys.executable, "-m", "broker"]`` run from this
+    ``cmd`` defaults to ``[sys.executable, "-m", "server"]`` run from this
     checkout; pass e.g. ``["redis-server"]`` to run something else with the
     same conventions.  If ``port`` is None a free one is picked (and picked
     again if another process takes it before the node binds).
@@ -285,7 +285,7 @@ class NodeProcess(ServerProcess):
         env: dict[str, str] | None = None,
         start_timeout: float = START_TIMEOUT,
     ):
-        super().__init__(cmd if cmd is not None else [sys.executable, "-m", "broker"],
+        super().__init__(cmd if cmd is not None else [sys.executable, "-m", "server"],
                          args=args, port=port, dir=dir, host=host, env=env,
                          start_timeout=start_timeout)
         self.dir.mkdir(parents=True, exist_ok=True)

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """Command arguments read as Disque reads them: integers (strtoll), timeouts,
 job ids; a bad one raises CommandError with Disque's text."""
 

@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
+from broker.cluster_hooks import NO_BUS, ClusterError
 from broker.commands.args import SYNTAX_ERROR, parse_int
 from broker.commands.table import command
 from broker.dispatch import F_ADMIN, CommandError
-from cluster.membership import MembershipError
 from protocol.resp import OK, Error, Status
 
 BUS_PORT_OFFSET = 10000
 
 
-def _cluster(node):
-    if node.cluster is None:
-        raise CommandError("ERR This node is not running the cluster bus")
-    return node.cluster
-
-
-@command("cluster", -2, F_ADMIN)
+@command("cluster", -2, F_ADMIN,
+         doc=("CLUSTER MEET ip port [bus-port] | NODES | MYID | INFO | FORGET id |\n"
+              "RESET [SOFT|HARD] | LEAVING [yes|no] | SAVECONFIG"))
 def cluster_cmd(node, client, argv):
-    """CLUSTER MEET ip port [bus-port] | NODES | MYID | INFO | FORGET id |
-    RESET [SOFT|HARD] | LEAVING [yes|no] | SAVECONFIG"""
-    c = _cluster(node)
-    m = c.m
+    c = node.cluster
+    if not c.enabled:
+        raise CommandError(NO_BUS)
     sub = argv[1].lower()
     n = len(argv)
     now = node.clock()
@@ -37,15 +32,15 @@ def cluster_cmd(node, client, argv):
                 raise bad_address
             try:
                 c.meet(text[0], bus, now)
-            except MembershipError:
+            except ClusterError:
                 raise bad_address from None
             return OK
         if sub == b"nodes" and n == 2:
-            return ("\n".join(m.nodes_lines()) + "\n").encode()
+            return ("\n".join(c.nodes_lines()) + "\n").encode()
         if sub == b"myid" and n == 2:
-            return m.node_id.encode()
+            return node.myself_id.encode()
         if sub == b"info" and n == 2:
-            info = m.cluster_info()
+            info = c.cluster_info()
             return "".join(f"{k}:{v}\r\n" for k, v in info.items()).encode()
         if sub == b"forget" and n == 3:
             if len(argv[2]) != 40:
@@ -60,15 +55,15 @@ def cluster_cmd(node, client, argv):
             return OK
         if sub == b"leaving" and n in (2, 3):
             if n == 2:
-                return Status("yes" if node.leaving else "no")
+                return Status("yes" if c.leaving() else "no")
             value = argv[2].lower()
             if value not in (b"yes", b"no"):
                 raise CommandError("ERR Wrong argument for CLUSTER LEAVING. Use 'yes' or 'no'")
             c.set_leaving(value == b"yes", now)
             return OK
         if sub == b"saveconfig" and n == 2:
-            c.out.append(c.save_config())
+            c.save_config()
             return OK
-    except MembershipError as e:
+    except ClusterError as e:
         return Error(f"ERR {e}")
     raise CommandError("ERR Wrong CLUSTER subcommand or number of arguments")

@@ -36,9 +36,8 @@ def _check_password(node, client, user: bytes, password: bytes):
     client.authenticated = True
 
 
-@command("auth", -2, F_NOAUTH | F_LOADING | F_FAST)
+@command("auth", -2, F_NOAUTH | F_LOADING | F_FAST, doc="AUTH [username] password")
 def auth(node, client, argv):
-    """AUTH [username] password"""
     if len(argv) > 3:
         raise CommandError(SYNTAX_ERROR)
     if len(argv) == 2:
@@ -54,9 +53,9 @@ def auth(node, client, argv):
     return OK
 
 
-@command("hello", -1, F_NOAUTH | F_LOADING | F_FAST)
+@command("hello", -1, F_NOAUTH | F_LOADING | F_FAST,
+         doc="HELLO | HELLO protover [AUTH username password] [SETNAME name]")
 def hello(node, client, argv):
-    """HELLO | HELLO protover [AUTH username password] [SETNAME name]"""
     if len(argv) == 1:
         return disque_hello(node)
     try:
@@ -90,7 +89,7 @@ def hello(node, client, argv):
         b"version": VERSION.encode(),
         b"proto": proto,
         b"id": client.id,
-        b"mode": b"cluster" if node.cluster is not None else b"standalone",
+        b"mode": b"cluster" if node.cluster.enabled else b"standalone",
         b"role": b"master",
         b"modules": [],
     })
@@ -98,31 +97,26 @@ def hello(node, client, argv):
 
 def disque_hello(node) -> list:
     """Disque's HELLO: [1, my id, [id, ip, port, priority]...] for every known node."""
-    if node.cluster is not None:
-        entries = node.cluster.hello_entries()
-    else:
-        ip, port = advertised_address(node)
-        entries = [[node.myself_id.encode(), ip.encode(), b"%d" % port, b"1"]]
+    ip, port = advertised_address(node)
+    entries = node.cluster.hello_entries(node.myself_id, ip, port)
     return [1, node.myself_id.encode(), *entries]
 
 
-@command("ping", -1, F_FAST)
+@command("ping", -1, F_FAST, doc="PING [message]")
 def ping(node, client, argv):
-    """PING [message]"""
     if len(argv) > 2:
         raise CommandError("ERR wrong number of arguments for 'ping' command")
     return argv[1] if len(argv) == 2 else PONG
 
 
-@command("echo", 2, F_FAST)
+@command("echo", 2, F_FAST, doc="ECHO message")
 def echo(node, client, argv):
-    """ECHO message"""
     return argv[1]
 
 
-@command("quit", -1, F_NOAUTH | F_LOADING | F_FAST)
+@command("quit", -1, F_NOAUTH | F_LOADING | F_FAST,
+         doc="QUIT: close the connection after this reply.")
 def quit_(node, client, argv):
-    """QUIT: close the connection after this reply."""
     client.closing = True
     return OK
 
@@ -147,9 +141,8 @@ def client_info_line(node, c, now: int) -> bytes:
     ).encode()
 
 
-@command("client", -2)
+@command("client", -2, doc="CLIENT SETNAME|GETNAME|SETINFO|LIST|KILL|ID|INFO ...")
 def client_cmd(node, client, argv):
-    """CLIENT SETNAME|GETNAME|SETINFO|LIST|KILL|ID|INFO ..."""
     sub = argv[1].lower()
     n = len(argv)
     if sub == b"id" and n == 2:

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """GETJOB: take jobs from queues, blocking when they are all empty."""
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def getjob(node: Node, client: Client, argv: list):
         return jobs
     if nohang:
         return NULL_ARRAY
-    if node.leaving:
+    if node.cluster.leaving():
         return LEAVING
     node.block_client(client, [node.get_queue(n, create=True) for n in dict.fromkeys(names)],
                       timeout, count, withcounters)

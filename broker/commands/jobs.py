@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """ADDJOB, SHOW, DELJOB: creating, inspecting and evicting jobs."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from broker.commands.args import (
     MAX_SECONDS, SYNTAX_ERROR, parse_int, parse_job_ids, parse_timeout_ms,
 )
 from broker.client import Client
+from broker.cluster_hooks import NOREPL_NODES
 from broker.commands.table import command
 from broker.dispatch import F_DENYOOM, F_FAST, F_WRITE, CommandError
 from broker.idempotency import ERR_KEY_MISSING, key_error
@@ -17,10 +19,10 @@ from broker.job import (
 )
 from broker.queue import PAUSED_IN
 from broker.node import Node
+from protocol import job_record as field
 from protocol.resp import Error, Status
 
-NOREPL_NODES = Error("NOREPL Not enough reachable nodes for the requested replication level")
-ERR_REPLICATE: Final = "ERR REPLICATE must be between 1 and 65535"
+ERR_REPLICATE: Final = "ERR REPLICATE must be between 1 and %d" % field.REPLICATE_MAX
 ERR_TTL: Final = "ERR TTL must be a number > 0"
 ERR_RETRY: Final = "ERR RETRY time must be a non negative number"
 ERR_DELAY: Final = "ERR DELAY time must be a non negative number"
@@ -46,7 +48,7 @@ def addjob(node: Node, client: Client, argv: list):
         # Disque's texts, for a value out of range or not a number alike.
         if opt == b"replicate" and not last:
             replicate = parse_int(argv[i + 1], ERR_REPLICATE)
-            if replicate <= 0 or replicate > 65535:
+            if replicate <= 0 or replicate > field.REPLICATE_MAX:
                 raise CommandError(ERR_REPLICATE)
             i += 1
         elif opt == b"ttl" and not last:
@@ -89,7 +91,8 @@ def addjob(node: Node, client: Client, argv: list):
 
     if retry == -1:
         retry = min(ttl // 10, DEFAULT_RETRY_MAX) or 1
-    reachable = node.reachable_nodes_count()
+    cluster = node.cluster
+    reachable = cluster.reachable_count()
     if replicate == 0:
         replicate = min(3, reachable)
     if replicate > 1 and retry == 0:
@@ -108,13 +111,14 @@ def addjob(node: Node, client: Client, argv: list):
 
     # Leaving, or over 75% of maxmemory, we keep no local copy (SPEC sections 6, 8);
     # for memory only when another node can hold it: a lone node keeps it until OOM.
-    external = node.leaving or (reachable > 1 and node.memory_level() >= 1)
+    leaving = cluster.leaving()
+    external = leaving or (reachable > 1 and node.memory_level() >= 1)
     if replicate > (reachable - 1 if external else reachable):
         if external and replicate == reachable:
             # One more node would do, but we may not keep a copy: say why.
             return Error(NOREPL_NODES + ", since I'm unable to hold a copy of the message "
                          "for the following reason: " + ("I'm leaving the cluster"
-                                                        if node.leaving else "I'm out of memory"))
+                                                        if leaving else "I'm out of memory"))
         return NOREPL_NODES
 
     qname = argv[1]
@@ -135,7 +139,7 @@ def addjob(node: Node, client: Client, argv: list):
         lifecycle.remember_key(node, job, now)
     if replicate > 1 or external:
         # The cluster layer replicates, answers (now if ASYNC) and queues.
-        return node.cluster.replicate_new_job(client, job, timeout, is_async, external)
+        return cluster.replicate_new_job(client, job, timeout, is_async, external)
     # One copy, here: it is replicated as soon as it exists.
     lifecycle.add(node, job, now)
     return Status(job.id.decode())
@@ -151,9 +155,7 @@ def known_add(node: Node, client: Client, queue: bytes, key: bytes):
     job = node.get_job(jid)
     if job is not None and job.state != WAIT_REPL and job.state != ACKED:
         lifecycle.key_answered(node, job)
-    if node.cluster is not None:
-        return node.cluster.known_add(client, jid)
-    return Status(jid.decode())
+    return node.cluster.known_add(client, jid)
 
 
 @command("show", 2, F_FAST,

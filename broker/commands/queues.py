@@ -10,16 +10,14 @@ from broker.queue import PAUSED_IN, PAUSED_OUT, Queue
 from protocol.resp import NULL_ARRAY, Status
 
 
-@command("qlen", 2, F_FAST)
+@command("qlen", 2, F_FAST, doc="QLEN queue")
 def qlen(node, client, argv):
-    """QLEN queue"""
     q = node.queues.get(argv[1])
     return len(q.jobs) if q is not None else 0
 
 
-@command("qpeek", 3)
+@command("qpeek", 3, doc="QPEEK queue count: oldest first, newest first when count < 0.")
 def qpeek(node, client, argv):
-    """QPEEK queue count: oldest first, newest first when count < 0."""
     count = parse_int(argv[2])
     q = node.queues.get(argv[1])
     if q is None:
@@ -27,9 +25,8 @@ def qpeek(node, client, argv):
     return [job_reply(j) for j in q.peek(count)]
 
 
-@command("qstat", 2)
+@command("qstat", 2, doc="QSTAT queue")
 def qstat(node, client, argv):
-    """QSTAT queue"""
     q = node.queues.get(argv[1])
     if q is None:
         return NULL_ARRAY
@@ -49,9 +46,8 @@ def qstat(node, client, argv):
     ]
 
 
-@command("pause", -3)
+@command("pause", -3, doc="PAUSE queue in|out|all|none|state|bcast ...")
 def pause(node, client, argv):
-    """PAUSE queue in|out|all|none|state|bcast ..."""
     flags = 0
     update = bcast = False
     for opt in argv[2:]:
@@ -79,9 +75,9 @@ def pause(node, client, argv):
     q = node.get_queue(argv[1], create=update and flags != 0)
     if q is not None and update:
         node.set_queue_pause(q, flags)
-        if bcast and node.cluster is not None:
+        if bcast:
             node.cluster.broadcast_pause(q)
-    elif q is None and update and bcast and node.cluster is not None:
+    elif q is None and update and bcast:
         # Unpause elsewhere without creating the queue here.
         node.cluster.broadcast_pause(Queue(argv[1], node.clock()))
     return Status(q.pause_name.decode() if q is not None else "none")

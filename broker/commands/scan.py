@@ -85,9 +85,9 @@ def _reply_kind(arg: bytes) -> bool:
     return kind == b"all"
 
 
-@command("qscan", -1)
+@command("qscan", -1,
+         doc="QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE r]")
 def qscan(node, client, argv):
-    """QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE r]"""
     cursor, count, busyloop, opts = _parse_scan_args(
         argv, {b"minlen": parse_int, b"maxlen": parse_int, b"importrate": parse_int})
     # As Disque, -1 (the default) means no filter; MAXLEN 0 keeps empty queues only.
@@ -107,9 +107,9 @@ def qscan(node, client, argv):
     return [b"%d" % nxt, names]
 
 
-@command("jscan", -1)
+@command("jscan", -1,
+         doc="JSCAN [cursor] [COUNT n] [BUSYLOOP] [QUEUE q] [STATE s ...] [REPLY id|all]")
 def jscan(node, client, argv):
-    """JSCAN [cursor] [COUNT n] [BUSYLOOP] [QUEUE q] [STATE s ...] [REPLY id|all]"""
     cursor, count, busyloop, opts = _parse_scan_args(
         argv, {b"queue": bytes, b"state": _state, b"reply": _reply_kind})
     queue = opts.get(b"queue", [None])[-1]

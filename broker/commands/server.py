@@ -25,9 +25,8 @@ COMPILED_CORE = "yes" if any(m.__file__.endswith(tuple(EXTENSION_SUFFIXES))
                              for m in (job, resp)) else "no"
 
 
-@command("time", 1, F_LOADING)
+@command("time", 1, F_LOADING, doc="TIME: [unix seconds, microseconds]")
 def time_(node, client, argv):
-    """TIME: [unix seconds, microseconds]"""
     now = node.clock()
     return [b"%d" % (now // 1000), b"%d" % ((now % 1000) * 1000)]
 
@@ -111,9 +110,7 @@ def _section_commandstats(node, now):
 
 
 def _section_cluster(node, now):
-    if node.cluster is None:
-        return [("cluster_enabled", 0)]
-    return [("cluster_enabled", 1)]
+    return [("cluster_enabled", int(node.cluster.enabled))]
 
 
 INFO_SECTIONS = {
@@ -131,9 +128,8 @@ INFO_SECTIONS = {
 DEFAULT_SECTIONS = [s for s in INFO_SECTIONS if s != "commandstats"]
 
 
-@command("info", -1, F_LOADING)
+@command("info", -1, F_LOADING, doc="INFO [section ...]")
 def info(node, client, argv):
-    """INFO [section ...]"""
     wanted = [a.decode("latin-1").lower() for a in argv[1:]]
     if not wanted or wanted == ["default"]:
         sections = DEFAULT_SECTIONS
@@ -155,9 +151,9 @@ def info(node, client, argv):
 
 
 # --------------------------------------------------------------------- CONFIG
-@command("config", -2, F_ADMIN | F_LOADING)
+@command("config", -2, F_ADMIN | F_LOADING,
+         doc="CONFIG GET pattern | SET directive value | REWRITE | RESETSTAT")
 def config(node, client, argv):
-    """CONFIG GET pattern | SET directive value | REWRITE | RESETSTAT"""
     sub = argv[1].lower()
     cfg = node.config
     n = len(argv)
@@ -203,9 +199,9 @@ def config(node, client, argv):
 _LEADING_FLOAT = re.compile(rb"\s*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
-@command("debug", -2, F_ADMIN | F_LOADING)
+@command("debug", -2, F_ADMIN | F_LOADING,
+         doc="DEBUG FLUSHALL | SLEEP seconds | ERROR text | LOADAOF | SEGFAULT | RESTART")
 def debug(node, client, argv):
-    """DEBUG FLUSHALL | SLEEP seconds | ERROR text | LOADAOF | SEGFAULT | RESTART"""
     sub = argv[1].lower()
     if sub == b"flushall":
         lifecycle.flush_all(node)
@@ -236,9 +232,9 @@ def _command_info(name: bytes, cmd) -> list:
     return [name, cmd.arity, flags, 0, 0, 0, [], [], [], []]
 
 
-@command("command", -1, F_LOADING)
+@command("command", -1, F_LOADING,
+         doc="COMMAND | COMMAND COUNT | COMMAND INFO name ... | COMMAND DOCS [name ...]")
 def command_cmd(node, client, argv):
-    """COMMAND | COMMAND COUNT | COMMAND INFO name ... | COMMAND DOCS [name ...]"""
     table = node.commands       # this node's names (rename-command applied)
     if len(argv) == 1:
         return [_command_info(n, c) for n, c in table.items()]
@@ -266,9 +262,8 @@ def command_cmd(node, client, argv):
 
 
 # -------------------------------------------------------------------- SHUTDOWN
-@command("shutdown", -1, F_ADMIN | F_LOADING)
+@command("shutdown", -1, F_ADMIN | F_LOADING, doc="SHUTDOWN [NOSAVE|SAVE|REWRITE-AOF]")
 def shutdown(node, client, argv):
-    """SHUTDOWN [NOSAVE|SAVE|REWRITE-AOF]"""
     mode = "default"
     for a in argv[1:]:
         a = a.lower()
@@ -282,24 +277,21 @@ def shutdown(node, client, argv):
     return None
 
 
-@command("bgrewriteaof", 1, F_ADMIN)
+@command("bgrewriteaof", 1, F_ADMIN, doc="BGREWRITEAOF")
 def bgrewriteaof(node, client, argv):
-    """BGREWRITEAOF"""
     return Status(node.host.bgrewriteaof())
 
 
-@command("monitor", 1, F_ADMIN)
+@command("monitor", 1, F_ADMIN, doc="MONITOR: stream every command this node receives.")
 def monitor(node, client, argv):
-    """MONITOR: stream every command this node receives."""
     if not client.monitor:
         client.monitor = True
         node.monitors.append(client)
     return OK
 
 
-@command("slowlog", -2, F_ADMIN)
+@command("slowlog", -2, F_ADMIN, doc="SLOWLOG GET [count] | LEN | RESET")
 def slowlog(node, client, argv):
-    """SLOWLOG GET [count] | LEN | RESET"""
     sub = argv[1].lower()
     n = len(argv)
     if sub == b"get" and n in (2, 3):

@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """ACKJOB, FASTACK, NACK, WORKING, ENQUEUE, DEQUEUE: moving jobs between states."""
 
 from __future__ import annotations
@@ -22,15 +23,14 @@ def ackjob(node: Node, client: Client, argv: list):
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)
         if job is None:
-            if cluster is not None:
-                cluster.ack_unknown_job(jid)
+            cluster.ack_unknown_job(jid)
             continue
         if job.state != ACKED:
             lifecycle.ack(node, job, now)
             known += 1
         # Delete it once every holder knows (SPEC section 8); a job only this
         # node holds goes at once.
-        if cluster is None or not job.nodes_delivered:
+        if not job.nodes_delivered:
             lifecycle.delete(node, job)
         else:
             cluster.try_job_gc(job, now)
@@ -43,8 +43,7 @@ def fastack(node: Node, client: Client, argv: list):
     deleted = 0
     for jid in parse_job_ids(node, argv):
         job = node.get_job(jid)
-        if node.cluster is not None:
-            node.cluster.fastack(jid, job)
+        node.cluster.fastack(jid, job)
         if job is not None:
             lifecycle.delete(node, job)
             deleted += 1
@@ -103,6 +102,6 @@ def working(node: Node, client: Client, argv: list):
         return Error("TOOLATE Half of job TTL already elapsed, you are no longer "
                      "allowed to postpone the next delivery.")
     lifecycle.working(node, job, now)
-    if node.cluster is not None and job.state != HELD:  # (ext) held: nothing postponed
+    if job.state != HELD:       # (ext) held: nothing postponed
         node.cluster.broadcast_working(job)
     return job.retry

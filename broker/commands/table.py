@@ -1,3 +1,4 @@
+# compiled: mypyc (setup.py builds each module whose first line this is)
 """The command table: ``@command`` registers a handler in ``COMMANDS`` when its
 family module is imported; ``renamed`` applies ``rename-command`` to a copy.
 
@@ -12,12 +13,12 @@ from broker.dispatch import Command
 COMMANDS: dict[bytes, Command] = {}
 
 
-def command(name: str, arity: int, flags: int = 0, doc: str | None = None):
-    """Register a handler; its docstring's first line is the syntax (COMMAND
-    DOCS), or `doc`'s in the modules mypyc compiles (setup.py), whose functions
-    keep no docstring."""
+def command(name: str, arity: int, flags: int = 0, *, doc: str):
+    """Register a handler; ``doc``'s first line is the syntax (COMMAND DOCS).
+    Not the handler's docstring: mypyc keeps none of the functions it
+    compiles (setup.py)."""
     def register(fn):
-        cmd = Command(name.encode(), fn, arity, flags, (doc or fn.__doc__ or "").strip())
+        cmd = Command(name.encode(), fn, arity, flags, doc.strip())
         COMMANDS[cmd.name] = cmd
         return fn
     return register

@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Iterator
 
-from chaos.proxy import errors
+from chaos.proxy.errors import (
+    INVALID_STREAM, INVALID_TOXIC_TYPE, TOXIC_ALREADY_EXISTS, TOXIC_NOT_FOUND, read_json,
+    read_struct,
+)
 from chaos.proxy.gojson import FLOAT32, STRING, field
 from chaos.proxy.link import Connection, Link
 from chaos.proxy.toxics import DIRECTIONS, DOWNSTREAM, TOXIC_TYPES, ToxicSpec
@@ -15,7 +18,7 @@ WRAPPER_FIELDS = {"name": STRING, "type": STRING, "stream": STRING, "toxicity": 
 
 
 def _decode(value: Any, fields: dict[str, str], into: dict, struct: str) -> dict:
-    return errors.read_struct(value, fields, into, struct, f"toxics.{struct}")
+    return read_struct(value, fields, into, struct, f"toxics.{struct}")
 
 
 class ToxicCollection:
@@ -40,7 +43,7 @@ class ToxicCollection:
             yield conn.links[direction]
 
     async def add_json(self, data: bytes) -> ToxicSpec:
-        value = errors.read_json(data)
+        value = read_json(data)
         async with self.lock:
             wrapper = _decode(value, WRAPPER_FIELDS,
                               {"name": "", "type": "", "stream": DOWNSTREAM, "toxicity": 1.0},
@@ -48,13 +51,13 @@ class ToxicCollection:
             if isinstance(value, dict):
                 _decode(field(value, "attributes"), {}, {}, "ToxicWrapper.attributes")
             if wrapper["stream"].lower() not in DIRECTIONS:
-                raise errors.INVALID_STREAM
+                raise INVALID_STREAM
             name = wrapper["name"] or f"{wrapper['type']}_{wrapper['stream']}"
             cls = TOXIC_TYPES.get(wrapper["type"])
             if cls is None:
-                raise errors.INVALID_TOXIC_TYPE
+                raise INVALID_TOXIC_TYPE
             if self.find(name):
-                raise errors.TOXIC_ALREADY_EXISTS
+                raise TOXIC_ALREADY_EXISTS
             attrs = _decode(field(value, "attributes"), cls.fields, cls().attributes(),
                             f"{cls.__name__}Toxic")
             spec = ToxicSpec(name, wrapper["type"], wrapper["stream"], wrapper["toxicity"],
@@ -68,8 +71,8 @@ class ToxicCollection:
         async with self.lock:
             spec = self.find(name)
             if spec is None:
-                raise errors.TOXIC_NOT_FOUND
-            value = errors.read_json(data)
+                raise TOXIC_NOT_FOUND
+            value = read_json(data)
             if value is not None and not isinstance(value, dict):
                 _decode(value, {}, {}, "ToxicWrapper")
             value = value or {}
@@ -88,7 +91,7 @@ class ToxicCollection:
         async with self.lock:
             spec = self.find(name)
             if spec is None:
-                raise errors.TOXIC_NOT_FOUND
+                raise TOXIC_NOT_FOUND
             await self._remove(spec)
 
     async def _remove(self, spec: ToxicSpec) -> None:

@@ -19,9 +19,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from protocol import job_record as field
 from protocol.aof_codec import (
-    ID_LEN, REC_ACK, REC_DEL, REC_DELIVERED, REC_EXPIRED, REC_FLUSHALL, REC_GOT,
-    REC_HEADER_SIZE, REC_JOB_ROWS, REC_JOBS, REC_NACK, REC_RELEASED, REC_REQUEUE, REC_TIME, CorruptAOF,
+    ID_LEN, JOB_RECORDS, REC_ACK, REC_DEL, REC_DELIVERED, REC_EXPIRED, REC_FLUSHALL, REC_GOT,
+    REC_HEADER_SIZE, REC_NACK, REC_RELEASED, REC_REQUEUE, REC_TIME, CorruptAOF,
     Scanner, decode_ids, decode_jobs, decode_time, record_length,
 )
 
@@ -48,11 +49,11 @@ RECORD_NAMES = pa.array(RECORDS, pa.string())
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
-# The job's fields a job record gives, as columns: (name, index in
-# protocol.aof_codec.decode_jobs's columns, Arrow type). A new job field is
-# one more row here (and its column in arrow_schema).
-JOB_INTS = (("delay", 8, pa.int32()), ("retry", 9, pa.int32()), ("replicate", 5, pa.int32()),
-            ("nacks", 10, pa.int32()), ("additional_deliveries", 11, pa.int32()))
+# The job's integer fields a job record gives, as columns: (name, field of the
+# record (protocol/job_record.py), Arrow type). A new one is one more field here.
+JOB_INTS = tuple((field.NAMES[i], i, pa.int32())
+                 for i in (field.DELAY, field.RETRY, field.REPLICATE, field.NACKS,
+                           field.ADDITIONAL_DELIVERIES))
 
 
 def arrow_schema(binary_body: bool) -> pa.Schema:
@@ -133,19 +134,19 @@ class Rows:
         return self.n >= BATCH_ROWS or self.bytes >= BATCH_BYTES
 
     def add_jobs(self, time: int | None, offset: int, cols: list) -> None:
-        ids = cols[0]
+        ids = cols[field.ID]
         n = len(ids)
         self.n += n
         self.time.extend(repeat(time, n))
         self.record.extend(repeat(_ADD, n))
         self.id.extend(ids)
-        self.queue.extend(cols[1])
-        bodies = cols[2]
+        self.queue.extend(cols[field.QUEUE])
+        bodies = cols[field.BODY]
         self.bytes += sum(map(len, bodies))
         self.body.extend(bodies)
-        self.state.extend(cols[3])
-        self.ctime.extend(cols[7])
-        self.etime.extend(cols[6])
+        self.state.extend(cols[field.STATE])
+        self.ctime.extend(cols[field.CTIME])
+        self.etime.extend(cols[field.ETIME])
         for out, (_, index, _t) in zip(self.ints, JOB_INTS):
             v = cols[index]
             out.extend(repeat(0, n) if v == 0 else v)
@@ -287,10 +288,8 @@ def read_range(fr: FileRange, binary_body: bool, skip_damage: bool) -> Iterator[
 
 def _decode(rows: Rows, time: int | None, offset: int, payload: Any) -> int | None:
     kind = payload[0]
-    if kind == REC_JOBS or kind == REC_JOB_ROWS:
-        cols = decode_jobs(payload)
-        cols[1] = list(cols[1])
-        rows.add_jobs(time, offset, cols)
+    if kind in JOB_RECORDS:
+        rows.add_jobs(time, offset, decode_jobs(payload))
     elif kind == REC_TIME:
         return decode_time(payload)
     elif kind in ID_RECORD:

@@ -19,6 +19,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from broker.job import STATE_NAMES
 from broker.queue import PAUSED_IN, PAUSED_OUT
+from cluster.cluster import Cluster
 
 MAX_QUEUE_SERIES = 200
 # Histogram buckets (seconds) from the powers-of-two slots the node keeps:
@@ -167,7 +168,7 @@ class NodeCollector:
     # -------------------------------------------------------------- cluster
     def cluster(self, node):
         c = node.cluster
-        if c is None:
+        if not isinstance(c, Cluster):     # a bare Node: no node table to show
             return
         info = c.m.cluster_info()
         yield GaugeMetricFamily("disquette_cluster_known_nodes",

@@ -49,7 +49,7 @@ def start_with_conf(tmp_path, conf_text, *args, cmd_prefix=None):
     d = tmp_path / "node"
     d.mkdir()
     (d / "disque.conf").write_text(conf_text)
-    cmd = cmd_prefix or [sys.executable, "-m", "broker"]
+    cmd = cmd_prefix or [sys.executable, "-m", "server"]
     # argv: <cmd> disque.conf --port P --dir D [args]; cwd is the node dir, so
     # the relative config path is relative to where the server was started.
     n = NodeProcess(d, cmd=[*cmd, "disque.conf"], args=list(args))
@@ -143,7 +143,7 @@ def test_bad_config_file_refuses_to_start(tmp_path):
     d = tmp_path / "node"
     d.mkdir()
     (d / "disque.conf").write_text("maxclients notanumber\n")
-    n = NodeProcess(d, cmd=[sys.executable, "-m", "broker", "disque.conf"])
+    n = NodeProcess(d, cmd=[sys.executable, "-m", "server", "disque.conf"])
     with pytest.raises(NodeStartError, match="exited with code"):
         n.start()
     assert n.returncode not in (None, 0)

@@ -122,7 +122,7 @@ def test_controlled_restart_keeps_queues_exactly(node_factory, tmp_path):
     d = tmp_path / "ctl"
     d.mkdir()
     (d / "disque.conf").write_text("# operator's file\nappendonly yes\n")
-    n = node_factory(dir=d, cmd=[sys.executable, "-m", "broker", "disque.conf"])
+    n = node_factory(dir=d, cmd=[sys.executable, "-m", "server", "disque.conf"])
     c = n.client()
     for i in range(30):
         c.execute_command("ADDJOB", f"q{i % 3}", f"job-{i}", 0, "RETRY", 60)
@@ -410,7 +410,7 @@ def test_misconf_while_the_aof_cannot_be_written(node_factory):
     """Disk full (here: a file size limit, EFBIG): no new jobs are accepted with
     -MISCONF until the log can be written again; nothing acknowledged is lost."""
     # Soft limit only, so that it can be raised again while the node runs.
-    limited = ["prlimit", "--fsize=300000:unlimited", sys.executable, "-m", "broker"]
+    limited = ["prlimit", "--fsize=300000:unlimited", sys.executable, "-m", "server"]
     n = node_factory(cmd=limited, appendonly="yes", appendfsync="everysec")
     c = n.client()
     body = b"x" * 20_000

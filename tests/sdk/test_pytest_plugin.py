@@ -173,7 +173,7 @@ def test_shared_scope_server_and_config_options(tmp_path: Path) -> None:
             import os, sys
             with open(os.path.join({str(project)!r}, "launches"), "a") as f:
                 f.write("x\\n")
-            os.execv(sys.executable, [sys.executable, "-m", "broker", *sys.argv[1:]])
+            os.execv(sys.executable, [sys.executable, "-m", "server", *sys.argv[1:]])
         ''',
         "test_shared.py": '''
             from conftest import record

@@ -22,7 +22,7 @@ def start(tmp_path, conf: str, *args: str, name: str = "n") -> NodeProcess:
     d = tmp_path / name
     d.mkdir()
     (d / "disque.conf").write_text(conf)
-    return NodeProcess(d, cmd=[sys.executable, "-m", "broker", "disque.conf"], args=list(args))
+    return NodeProcess(d, cmd=[sys.executable, "-m", "server", "disque.conf"], args=list(args))
 
 
 def test_renamed_and_removed_commands(tmp_path):

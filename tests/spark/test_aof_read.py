@@ -6,9 +6,11 @@ boundaries, checksums verified, a prefix of a file a node keeps appending to.
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 from collections import Counter
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from broker import aof_format as fmt
 from broker.job import ACTIVE, Job, make_job_id
 from disquette.spark.aof_files import plan
 from disquette.spark.aof_rows import read_range
+from tests import aof_v2
 from tests.harness import NodeFactory, NodeProcess, wait_until
 
 HISTORY = {"appendonly": "yes", "aof_history": "yes", "appendfsync": "always"}
@@ -223,6 +226,37 @@ def test_ranges_split_at_record_boundaries_and_tails_are_not_damage(tmp_path):
         path.write_bytes(data + tail)
         for part in (1000, 1 << 30):
             assert rows_of(path, part) == whole
+
+
+TIMES = ("time", "ctime", "expires")
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def micros(iso: str | None) -> int | None:
+    return None if iso is None else (datetime.fromisoformat(iso) - EPOCH) // timedelta(
+        microseconds=1)
+
+
+def test_a_version_2_file_of_main_reads_as_main_read_it(spark, tmp_path):
+    """tests/data/aof-v2.aof, written by the code of main in format version 2
+    (its job records in the older order; tests/aof_v2.py says how it was
+    made), reads as main's reader read it (tests/data/aof-v2.json): the
+    records' decode, and the rows a SparkSession shows, partitions and all."""
+    expected = json.loads(aof_v2.EXPECTED.read_text())["rows"]
+    assert aof_v2.spark_rows(aof_v2.AOF) == expected
+    assert {r["record"] for r in expected} >= {"add", "deliver", "nack", "requeue", "ack",
+                                               "delete", "expire", "release"}
+    path = tmp_path / "disque.aof"
+    shutil.copy(aof_v2.AOF, path)
+    df = read(spark, path, bodyType="binary", partitionBytes=1000)
+    cols = [c for c in df.columns if c != "file"]
+    shown = df.selectExpr(*(f"unix_micros({c}) as {c}" if c in TIMES else c for c in cols))
+    got = [tuple(bytes(v).hex() if isinstance(v, (bytes, bytearray)) else v for v in r)
+           for r in shown.collect()]
+    want = [tuple(micros(r[c]) if c in TIMES else r[c] for c in cols) for r in expected]
+    order = cols.index("offset"), cols.index("id")
+    assert (sorted(got, key=lambda t: (t[order[0]], t[order[1]] or ""))
+            == sorted(want, key=lambda t: (t[order[0]], t[order[1]] or "")))
 
 
 def test_config_set_aof_history_at_run_time(spark_factory):

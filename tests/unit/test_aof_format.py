@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import random
 import struct
 import threading
 import time
 
+import msgpack
 import pytest
 
 from broker import aof_format as fmt
@@ -23,12 +25,15 @@ from broker import lifecycle
 from broker.aof_policy import AOFPolicy
 from broker.commands import COMMANDS
 from broker.config import AppendFsync, Config
-from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, FLAG_HELD, HELD, Job, holders_of, make_job_id
+from broker.job import (
+    ACKED, ACTIVE, FLAG_DELIVERED, FLAG_HELD, HELD, Job, holders_of, job_to_fields, make_job_id,
+)
 from broker.node import Node
 from server import aof as aof_mod
 from server import aof_rewrite, check_aof
 from server.aof_rewrite import snapshot_chunks
 from server.aof_runtime import process_runtime
+from tests import aof_v2
 from tests.harness import WAIT_TIMEOUT
 
 T0 = 1_700_000_000_000
@@ -488,13 +493,9 @@ def test_zero_filled_tail_is_a_torn_tail(log_image):
 def test_file_header_checks():
     with pytest.raises(fmt.BadHeader, match="not a Disquette AOF"):
         load(b"*2\r\n$7\r\nLOADJOB\r\n$3\r\nabc\r\n")
-    head = bytearray(fmt.file_header(version=3))
-    with pytest.raises(fmt.BadHeader, match="version 3"):
+    head = bytearray(fmt.file_header(version=4))
+    with pytest.raises(fmt.BadHeader, match="version 4"):
         load(bytes(head))
-    # Version 1 files (written before the history records) still load.
-    node, torn, _ = load(fmt.file_header(version=1) + fmt.encode_jobs(pinned_jobs(3)),
-                         now=T0 + 1000)
-    assert torn is None and node.job_count == 3
     node, torn, _ = load(fmt.file_header()[:9])
     assert torn.offset == 0
     node, torn, _ = load(b"")
@@ -689,16 +690,21 @@ def pinned_jobs(n: int) -> list:
 
 
 @pytest.mark.parametrize("n, kind, digest", [
-    (1, fmt.REC_JOB_ROWS, "fc3556395fd61234afd4948afc35afe77819c11e11f57198a19c2da31927b0cd"),
-    (16, fmt.REC_JOBS, "0e732dde511f93b5cf7d8dd733631edc733631c9d82fef7b05707ea5b01f3b6f"),
+    (1, fmt.REC_JOB_ROWS, "cd7e086354896db073b6eb0eebffd7d7e7bb52dbba38a945a824895827822aef"),
+    (16, fmt.REC_JOBS, "3e9c986daab8599b8708fc2cc70852ccb4464dc3160961fbaf839e22452f3889"),
 ])
 def test_job_records_keep_their_bytes(n, kind, digest):
-    """Job records encode to the bytes earlier versions wrote (digests of
-    those), and the requeue time (column 12) loads back: files already on
-    disk keep loading."""
-    data = fmt.encode_jobs(pinned_jobs(n))
+    """Job records encode to the bytes of format version 3 (digests of
+    those), a row being the job's record as the bus carries it, and the
+    requeue time loads back."""
+    jobs = pinned_jobs(n)
+    jobs[0].nodes_delivered = holders_of(("f" * 40, "e" * 40))
+    data = fmt.encode_jobs(jobs)
     assert data[fmt.REC_HEADER_SIZE] == kind
     assert hashlib.sha256(data).hexdigest() == digest
+    if kind == fmt.REC_JOB_ROWS:
+        assert msgpack.unpackb(data[fmt.REC_HEADER_SIZE + 1:]) == [
+            [list(f) if type(f) is tuple else f for f in job_to_fields(j)] for j in jobs]
     loaded, torn, _ = load(fmt.file_header() + data, now=T0 + 1000)
     assert torn is None
     assert sorted(j.requeue_time for j in loaded.iter_jobs()) == [T0 + 30_000 + i
@@ -755,20 +761,64 @@ def test_time_marks_are_skipped_by_the_loader():
     assert torn is None and node.job_count == 3
 
 
-def test_a_version_1_file_loads_and_gets_the_version_2_header(tmp_path, monkeypatch):
-    """A node opening an older file for appending upgrades its header (in
-    place) before writing records of this version; the jobs load as before."""
+def test_a_version_2_file_of_main_loads_job_for_job():
+    """tests/data/aof-v2.aof was written by the code of main at 8079746, the
+    last to write format version 2 (J and j job records, their fields in
+    ORDER_V2), and tests/data/aof-v2.json holds what that code loaded from it.
+    Today's loader loads the same jobs, field for field. Both files were made
+    by (tests/aof_v2.py)::
+
+        git worktree add ../v2 8079746 && cp tests/aof_v2.py ../v2/tests/
+        cd ../v2 && DISQUETTE_NO_EXTENSIONS=1 python -m tests.aof_v2 <this checkout>/tests/data
+    """
+    data = aof_v2.AOF.read_bytes()
+    expected = json.loads(aof_v2.EXPECTED.read_text())
+    assert data[:fmt.FILE_HEADER_SIZE] == fmt.file_header(version=2)
+    kinds = {data[s + fmt.REC_HEADER_SIZE] for s, _ in record_bounds(data)}
+    assert {fmt.REC_JOBS_V2, fmt.REC_JOB_ROWS_V2} <= kinds
+    assert not kinds & {fmt.REC_JOBS, fmt.REC_JOB_ROWS}
+    assert aof_v2.loaded_jobs(data, expected["now"]) == expected["loaded"]
+    assert any(j["nodes_delivered"] and j["requeue_time"] for j in expected["loaded"]["jobs"])
+    # A version 1 file (the same job records, no history ones) loads too.
+    v1 = fmt.file_header(version=1) + b"".join(
+        data[s:e] for s, e in record_bounds(data)
+        if data[s + fmt.REC_HEADER_SIZE] not in fmt.HISTORY_ONLY + (fmt.REC_EXPIRED,))
+    assert aof_v2.loaded_jobs(v1, expected["now"])["jobs"] == expected["loaded"]["jobs"]
+
+
+def test_an_older_file_gets_the_version_3_header_and_both_layouts_load(tmp_path, monkeypatch):
+    """A node opening a version 2 file for appending upgrades its header (in
+    place) before writing records of this version: the file then holds J and
+    j records (the older order) before C and c records (the record's order),
+    each read by its type byte, and the node loads them all."""
     monkeypatch.chdir(tmp_path)
-    jobs = pinned_jobs(3)
-    (tmp_path / "disque.aof").write_bytes(fmt.file_header(version=1) + fmt.encode_jobs(jobs))
-    node = new_node(VirtualClock(T0 + 1000))
+    old = aof_v2.AOF.read_bytes()
+    expected = json.loads(aof_v2.EXPECTED.read_text())
+    (tmp_path / "disque.aof").write_bytes(old)
+    node = new_node(VirtualClock(expected["now"]))
     aof = file_aof(node, StepLoop())
     asyncio.run(aof.load())
-    assert node.job_count == 3
+    assert node.job_count == len(expected["loaded"]["jobs"])
     data = (tmp_path / "disque.aof").read_bytes()
-    assert data[:fmt.FILE_HEADER_SIZE] == fmt.file_header()
-    assert data[fmt.FILE_HEADER_SIZE:] == fmt.encode_jobs(jobs)
+    assert data[:fmt.FILE_HEADER_SIZE] == fmt.file_header() != old[:fmt.FILE_HEADER_SIZE]
+    assert data[fmt.FILE_HEADER_SIZE:] == old[fmt.FILE_HEADER_SIZE:]
+    attach(node, aof)
+    c = node.new_client()
+    new = [run(node, c, "ADDJOB", "new", "n%d" % i, 0, "RETRY", 5).encode() for i in range(3)]
+    node.get_job(new[0]).nodes_delivered = holders_of(("f" * 40, node.myself_id))
+    added = fmt.encode_jobs([node.get_job(jid) for jid in new] * 6)     # a C record
     aof.shutdown("default")
+    attach(node, None)
+    data = (tmp_path / "disque.aof").read_bytes() + added
+    kinds = [data[s + fmt.REC_HEADER_SIZE] for s, _ in record_bounds(data)]
+    assert kinds.index(fmt.REC_JOB_ROWS_V2) < kinds.index(fmt.REC_JOB_ROWS) < kinds.index(
+        fmt.REC_JOBS)
+    loaded, torn, _ = load(data, now=expected["now"])
+    assert torn is None
+    old_ids = {j["id"].encode() for j in expected["loaded"]["jobs"]}
+    assert ids_of(loaded) == old_ids | set(new)
+    assert loaded.get_job(new[0]).nodes_delivered == node.get_job(new[0]).nodes_delivered
+    assert loaded.get_job(new[1]).requeue_time == node.get_job(new[1]).requeue_time
 
 
 @pytest.mark.parametrize("n", [1, 3])

@@ -1,5 +1,5 @@
 """Job-layer bus messages are batched per destination between two drains
-(cluster/cluster.py): one Send (a BATCH message when there are several) per peer,
+(cluster/outbox.py): one Send (a BATCH message when there are several) per peer,
 unpacked in order on the other side, counted as separate messages."""
 
 import random
@@ -62,11 +62,11 @@ def wire(msg):
 
 def test_one_send_per_destination_in_order():
     a, b, c = make_cluster()
-    bid, cid = b.myself_id, c.myself_id
-    a.send(bid, B.GOTJOB, b"j1")
-    a.send_many([bid, cid, a.myself_id], B.DELJOB, b"j2")
-    a.send(bid, B.QUEUED, b"j3")
-    out = sends(a.drain())
+    bid, cid = b.m.node_id, c.m.node_id
+    a.outbox.send(bid, B.GOTJOB, b"j1")
+    a.outbox.send_many([bid, cid, a.m.node_id], B.DELJOB, b"j2")
+    a.outbox.send(bid, B.QUEUED, b"j3")
+    out = sends(a.outbox.drain())
     assert [s.node_id for s in out] == [bid, cid]
     to_b, to_c = out
     assert to_b.msg.type == B.BATCH
@@ -75,17 +75,17 @@ def test_one_send_per_destination_in_order():
     # A single message goes as itself, not as a batch of one.
     assert to_c.msg.type == B.DELJOB and to_c.msg.payload == b"j2"
     assert a.m.stats_sent == 4
-    assert a.drain() == [] and not a.has_output
+    assert a.outbox.drain() == [] and not a.outbox.has_output
 
 
 def test_nothing_for_a_node_deleted_before_the_drain():
     a, b, c = make_cluster()
-    a.send(b.myself_id, B.GOTJOB, b"j1")
-    a.send(c.myself_id, B.GOTJOB, b"j1")
-    a.forget(b.myself_id, NOW)
-    out = a.drain()
-    assert DropLink(b.myself_id, True) in out
-    assert [s.node_id for s in sends(out)] == [c.myself_id]
+    a.outbox.send(b.m.node_id, B.GOTJOB, b"j1")
+    a.outbox.send(c.m.node_id, B.GOTJOB, b"j1")
+    a.forget(b.m.node_id, NOW)
+    out = a.outbox.drain()
+    assert DropLink(b.m.node_id, True) in out
+    assert [s.node_id for s in sends(out)] == [c.m.node_id]
 
 
 def test_a_batch_is_handled_message_by_message():
@@ -96,16 +96,16 @@ def test_a_batch_is_handled_message_by_message():
     r = a.broker.handle_command(client, [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"2",
                                          b"ASYNC"])
     jid = r.encode()
-    a.drain()
+    a.outbox.drain()
     job = a.broker.get_job(jid)
-    a.send(b.myself_id, B.REPLJOB, wire_fields(job, NOW))
-    a.send(b.myself_id, B.DELJOB, jid)
-    (s,) = sends(a.drain())
+    a.outbox.send(b.m.node_id, B.REPLJOB, wire_fields(job, NOW))
+    a.outbox.send(b.m.node_id, B.DELJOB, jid)
+    (s,) = sends(a.outbox.drain())
     before = b.m.stats_received
     b.handle_message(Link("10.0.0.1", "10.0.0.2"), wire(s.msg), NOW)
     assert b.broker.get_job(jid) is None
-    assert b.is_tombstoned(jid)
-    (reply,) = sends(b.drain())
+    assert jid in b.tombstones.ids
+    (reply,) = sends(b.outbox.drain())
     assert (reply.msg.type, reply.msg.payload) == (B.GOTJOB, jid)
     assert b.m.stats_received == before + 2
 
@@ -113,12 +113,12 @@ def test_a_batch_is_handled_message_by_message():
 def test_replicated_addjobs_travel_as_one_frame_each_way():
     nodes = make_cluster()
     a = nodes[0]
-    by_id = {c.myself_id: c for c in nodes}
+    by_id = {c.m.node_id: c for c in nodes}
     clients = [a.broker.new_client("c%d" % i) for i in range(5)]
     for cl in clients:
         r = a.broker.handle_command(cl, [b"ADDJOB", b"q", b"body", b"0", b"REPLICATE", b"3"])
         assert r is BLOCKED
-    out = sends(a.drain())
+    out = sends(a.outbox.drain())
     assert len(out) == 2 and all(s.msg.type == B.BATCH for s in out)
     assert all(len(s.msg.payload) == 10 for s in out)
     back = []
@@ -126,15 +126,15 @@ def test_replicated_addjobs_travel_as_one_frame_each_way():
         peer = by_id[s.node_id]
         peer.handle_message(Link("10.0.0.1", peer.m.myself.ip), wire(s.msg), NOW)
         assert peer.broker.job_count == 5
-        (reply,) = sends(peer.drain())
-        assert reply.node_id == a.myself_id
+        (reply,) = sends(peer.outbox.drain())
+        assert reply.node_id == a.m.node_id
         assert reply.msg.type == B.BATCH and reply.msg.payload[0::2] == [B.GOTJOB] * 5
         back.append(reply)
     for s in back:
         a.handle_message(Link("10.0.0.2", "10.0.0.1"), wire(s.msg), NOW)
     assert [c for c, _ in a.broker.outbox] == clients
     assert all(isinstance(r, Status) and r.startswith("D-") for _, r in a.broker.outbox)
-    assert not a.pending
+    assert not a.replication.pending
 
 
 def test_a_batch_too_big_for_one_frame_goes_message_by_message():
@@ -152,15 +152,15 @@ def test_a_batch_too_big_for_one_frame_goes_message_by_message():
 
     a, b, _ = make_cluster()
     driver = driver_mod.OutputDriver(a.broker, a, bus=FakeBus())
-    a.send(b.myself_id, B.GOTJOB, J1)
-    a.send(b.myself_id, B.DELJOB, J2)
+    a.outbox.send(b.m.node_id, B.GOTJOB, J1)
+    a.outbox.send(b.m.node_id, B.DELJOB, J2)
     driver.flush()
     got = []
     for node_id, frame in sent:
         r = FrameReader()
         r.feed(frame)
         got += [(node_id, m.type, m.payload) for m in r]
-    assert got == [(b.myself_id, B.GOTJOB, J1), (b.myself_id, B.DELJOB, J2)]
+    assert got == [(b.m.node_id, B.GOTJOB, J1), (b.m.node_id, B.DELJOB, J2)]
 
 
 def test_a_malformed_message_drops_only_itself():
@@ -171,10 +171,10 @@ def test_a_malformed_message_drops_only_itself():
     c = b.broker.new_client()
     jid = b.broker.handle_command(c, [b"ADDJOB", b"q", b"x", b"0", b"REPLICATE", b"1"])
     jid = jid.encode()
-    a.send(b.myself_id, B.REPLJOB, 5)                 # not a job at all
-    a.send(b.myself_id, B.SETACK, [b"too-short"])     # missing may-have
-    a.send(b.myself_id, B.DELJOB, jid)                # valid: deletes the job
-    (s,) = sends(a.drain())
+    a.outbox.send(b.m.node_id, B.REPLJOB, 5)                 # not a job at all
+    a.outbox.send(b.m.node_id, B.SETACK, [b"too-short"])     # missing may-have
+    a.outbox.send(b.m.node_id, B.DELJOB, jid)                # valid: deletes the job
+    (s,) = sends(a.outbox.drain())
     msg = wire(s.msg)
     assert msg.malformed == 2 and msg.payload == [B.DELJOB, jid]
     b.handle_message(Link("10.0.0.1", "10.0.0.2"), msg, NOW)
@@ -185,8 +185,8 @@ def test_a_malformed_message_drops_only_itself():
 
 def test_a_malformed_single_message_keeps_its_header():
     a, b, _ = make_cluster()
-    a.send(b.myself_id, B.GOTACK, [b"x" * 40])          # not an id, no known flag
-    (s,) = sends(a.drain())
+    a.outbox.send(b.m.node_id, B.GOTACK, [b"x" * 40])          # not an id, no known flag
+    (s,) = sends(a.outbox.drain())
     msg = wire(s.msg)
     assert msg.type == B.GOTACK and msg.malformed == 1 and msg.payload is None
     b.handle_message(Link("10.0.0.1", "10.0.0.2"), msg, NOW)
@@ -205,10 +205,10 @@ def test_a_bug_in_a_handler_is_an_internal_error_not_a_malformed_message():
     # Our bug, made on purpose: a pending ADDJOB that is not one (the GOTJOB
     # handler fails on it, with AttributeError in the pure build, TypeError in
     # the compiled one).
-    b.pending[J1] = object()
-    a.send(b.myself_id, B.GOTJOB, J1)
-    a.send(b.myself_id, B.DELJOB, jid)
-    (s,) = sends(a.drain())
+    b.replication.pending[J1] = object()
+    a.outbox.send(b.m.node_id, B.GOTJOB, J1)
+    a.outbox.send(b.m.node_id, B.DELJOB, jid)
+    (s,) = sends(a.outbox.drain())
     with pytest.raises((AttributeError, TypeError)):
         b.handle_message(Link("10.0.0.1", "10.0.0.2"), wire(s.msg), NOW)
     b.broker.strict = False

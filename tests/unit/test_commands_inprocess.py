@@ -114,7 +114,7 @@ def test_node_id_and_leaving_live_in_the_node_table(inprocess):
     m = inprocess.cluster.m
     assert inprocess.call("CLUSTER", "MYID") == m.node_id.encode()
     assert inprocess.call("CLUSTER", "LEAVING", "yes") == "OK"
-    assert inprocess.node.leaving and m.leaving
+    assert inprocess.node.cluster.leaving() and m.leaving
     assert inprocess.call("CLUSTER", "LEAVING") == "yes"
     old = m.node_id
     inprocess.call("CLUSTER", "RESET", "HARD")

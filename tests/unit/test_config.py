@@ -20,6 +20,7 @@ from broker.config import (
     stringmatch,
 )
 from protocol.resp import Error
+from server.main import read_config_file
 from server.sim.inprocess import InProcessNode
 
 KB, MB, GB = 1024, 1024**2, 1024**3
@@ -244,7 +245,7 @@ def test_load_file_follows_includes_and_records_absolute_path(tmp_path):
     (tmp_path / "extra.conf").write_text("maxclients 42\n")
     (tmp_path / "disque.conf").write_text("port 7720\ninclude extra.conf\n")
     c = Config()
-    c.load_file("disque.conf", cwd=str(tmp_path))
+    c.load_file("disque.conf", cwd=str(tmp_path), read=read_config_file)
     assert (c.port, c.maxclients) == (7720, 42)
     assert c.config_file == str(tmp_path / "disque.conf")
 
@@ -259,7 +260,7 @@ def test_argv_overrides_win_over_the_file(tmp_path):
     c = Config.from_argv(
         ["conf/disque.conf", "--port", "7712", "--bind", "127.0.0.1", "::1",
          "--APPENDONLY", "yes", "--requirepass", "", "--logfile", "my log.txt"],
-        cwd=str(tmp_path))
+        cwd=str(tmp_path), read=read_config_file)
     assert c.port == 7712
     assert c.bind == ["127.0.0.1", "::1"]
     assert c.appendonly is True
@@ -271,25 +272,26 @@ def test_argv_overrides_win_over_the_file(tmp_path):
 
 
 def test_argv_without_a_file():
-    c = Config.from_argv(["--port", "7799", "--cluster-node-timeout", "3000"], cwd="/")
+    c = Config.from_argv(["--port", "7799", "--cluster-node-timeout", "3000"], cwd="/",
+                         read=read_config_file)
     assert (c.port, c.cluster_node_timeout, c.config_file) == (7799, 3000, None)
-    assert Config.from_argv([], cwd="/") == Config()
+    assert Config.from_argv([], cwd="/", read=read_config_file) == Config()
 
 
 def test_argv_errors(tmp_path):
     with pytest.raises(ConfigError, match="can't open config file"):
-        Config.from_argv(["missing.conf"], cwd=str(tmp_path))
+        Config.from_argv(["missing.conf"], cwd=str(tmp_path), read=read_config_file)
     with pytest.raises(ConfigError, match="Bad directive") as info:
-        Config.from_argv(["--nope", "1"], cwd=str(tmp_path))
+        Config.from_argv(["--nope", "1"], cwd=str(tmp_path), read=read_config_file)
     assert "--nope" in str(info.value)
     with pytest.raises(ConfigError, match="Invalid port"):
-        Config.from_argv(["--port", "x"], cwd=str(tmp_path))
+        Config.from_argv(["--port", "x"], cwd=str(tmp_path), read=read_config_file)
     with pytest.raises(ConfigError, match="wrong number of arguments"):
-        Config.from_argv(["--port"], cwd=str(tmp_path))
+        Config.from_argv(["--port"], cwd=str(tmp_path), read=read_config_file)
     with pytest.raises(ConfigError, match="Unexpected argument"):
-        Config.from_argv(["--", "x"], cwd=str(tmp_path))
+        Config.from_argv(["--", "x"], cwd=str(tmp_path), read=read_config_file)
     with pytest.raises(ConfigError, match="standard input"):
-        Config.from_argv(["-"], cwd=str(tmp_path))
+        Config.from_argv(["-"], cwd=str(tmp_path), read=read_config_file)
 
 
 # -- memory units ------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""The code's shape (DESIGN.md): imports go one way only, protocol <- broker core
-<- cluster <- commands <- server; the SDK (disquette/) and the chaos suite import
+"""The code's shape (docs/design.md): imports go one way only, protocol <- broker
+<- cluster <- server, each a package; the SDK (disquette/) and the chaos suite import
 none of the server's packages; no import cycles (import-linter contracts in
 pyproject.toml, which must cover every package and module); and no import is
 hidden in a function, except of an optional dependency, commented so."""
@@ -45,7 +45,7 @@ INIT_MAY_IMPORT = {"protocol.build"}
 
 def _modules(pkg: str) -> set[str]:
     """Every module of a package, but the __init__s that import nothing besides
-    INIT_MAY_IMPORT (the broker package's, split between two layers, is one)."""
+    INIT_MAY_IMPORT."""
     out = set()
     for path in (ROOT / pkg).rglob("*.py"):
         parts = path.relative_to(ROOT).with_suffix("").parts
@@ -90,12 +90,14 @@ def test_every_package_is_a_root_of_the_contracts():
 
 
 def test_every_module_is_under_a_contract():
-    """Each module of the server's packages sits in a layer (the broker core is
-    listed module by module), each other module in the source of a forbidden
-    contract; each package and subpackage is an ancestor of the acyclic
-    contract."""
+    """Each of the server's packages is a layer, whole (the contract names
+    packages, never a module of one), each other module in the source of a
+    forbidden contract; each package and subpackage is an ancestor of the
+    acyclic contract."""
     (layers,) = [c["layers"] for c in CONF["contracts"] if c["type"] == "layers"]
     layered = {m.strip() for layer in layers for m in layer.replace("|", ":").split(":")}
+    assert all((ROOT / m / "__init__.py").exists() for m in layered), \
+        f"a layer is a top-level package: {sorted(layered)}"
     sources = {m for c in CONF["contracts"] for m in c.get("source_modules", [])}
     (ancestors,) = [set(c["ancestors"]) for c in CONF["contracts"]
                     if c["type"] == "acyclic_siblings"]

@@ -1,0 +1,71 @@
+"""Whole in-process nodes (server/sim/inprocess.py) that know each other, on one
+virtual clock, their bus messages carried as real frames (protocol/bus.py):
+what the cluster sub-protocols' unit tests drive (test_replication.py,
+test_acks.py, test_requeue.py, test_federation.py, test_tombstones.py)."""
+
+from __future__ import annotations
+
+import random
+
+from broker.config import Config
+from broker.job import random_node_id
+from cluster.membership import Membership
+from cluster.outputs import Link
+from server.sim.clock import VirtualClock
+from server.sim.inprocess import InProcessNode
+from tests.unit.test_cluster_batching import know_each_other, wire
+
+NOW = 1_700_000_000_000
+
+
+class Nodes:
+    """``n`` nodes on one clock; ``nodes[i].call(...)`` runs a command there,
+    ``deliver()`` carries every bus message sent until none is left."""
+
+    def __init__(self, n: int = 3, **directives) -> None:
+        self.clock = VirtualClock(NOW)
+        self.nodes: list[InProcessNode] = []
+        for i in range(n):
+            rng = random.Random(i)
+            m = Membership(random_node_id(rng), "10.0.0.%d" % (i + 1), 7711, 17711,
+                           rng=rng, now=NOW)
+            self.nodes.append(InProcessNode(Config(**directives), clock=self.clock, rng=rng,
+                                            membership=m))
+        know_each_other([n.cluster.m for n in self.nodes], NOW)
+        self.by_id = {n.cluster.m.node_id: n for n in self.nodes}
+        self.carried: list[tuple[str, str, int]] = []     # (from, to, type) of each frame
+
+    def __getitem__(self, i: int) -> InProcessNode:
+        return self.nodes[i]
+
+    def id(self, i: int) -> str:
+        return self.nodes[i].cluster.m.node_id
+
+    def deliver(self, drop=lambda sender, dest, msg: False) -> None:
+        """Every message sent, in the order sent, each to its node, until none is
+        left; ``drop(sender id, dest id, msg)`` true loses one on the way."""
+        while True:
+            moved = False
+            for n in self.nodes:
+                sent, n.sent = n.sent, []
+                me = n.cluster.m.node_id
+                for dest, msg in sent:
+                    moved = True
+                    self.carried.append((me, dest, msg.type))
+                    if drop(me, dest, msg) or dest not in self.by_id:
+                        continue
+                    to = self.by_id[dest]
+                    to.bus_message(Link(n.cluster.m.myself.ip, to.cluster.m.myself.ip),
+                                   wire(msg))
+            if not moved:
+                return
+
+    def advance(self, ms: int, step: int = 10, drop=lambda sender, dest, msg: False) -> None:
+        """Move the clock, every node's timers running, the messages carried
+        (but those ``drop`` loses, as in deliver)."""
+        end = self.clock.now + ms
+        while self.clock.now < end:
+            self.clock.now = min(end, self.clock.now + step)
+            for n in self.nodes:
+                n.tick()
+            self.deliver(drop)
