@@ -81,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.file, "rb") as f:
             # The file's size, not what the check read: it stops at the damage.
             size = os.fstat(f.fileno()).st_size
+            head = f.read(16)
+            f.seek(0)
             s = fmt.check_chunks(_chunks(f))
     except OSError as e:
         print(f"Cannot read {args.file}: {e.strerror}", file=sys.stderr)
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         e = s.corrupt
         print(f"AOF is corrupt: {e.reason} at byte offset {e.offset}", file=out)
         if isinstance(e, fmt.BadHeader):
-            print(disque_import.disque_aof_hint(args.file)
+            print(disque_import.disque_aof_hint(args.file, head)
                   or "This is not a file this version of Disquette can load.", file=out)
             return 2
         lost = size - e.offset

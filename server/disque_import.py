@@ -112,14 +112,9 @@ def convert(data: bytes, nodes: DisqueNodes | None = None) -> Imported:
     return Imported(jobs, fmt.file_header() + fmt.encode_jobs(jobs))
 
 
-def disque_aof_hint(path: str) -> str | None:
-    """For a file that is not a Disquette AOF: if it is a Disque one, what
-    to do with it (else None)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(16)
-    except OSError:
-        return None
+def disque_aof_hint(path: str, head: bytes) -> str | None:
+    """For a file that is not a Disquette AOF (``head``: its first bytes): if
+    it is a Disque one, what to do with it (else None)."""
     if not disque_aof.looks_like_disque_aof(head):
         return None
     return (f"{path} is a Disque AOF: import it with disquette-check-aof --import-disque "
