@@ -164,12 +164,16 @@ run: venv
 	else echo "warning: the nodes did not all see each other within 20 s (see $(RUN_DIR)/<port>/stdout.log)" >&2; fi; \
 	wait
 
-# The benchmarks compare with pydisque and PySpark, from the test extra.
-bench: deps test-venv
+# The benchmarks compare with pydisque and PySpark, from the test extra, and
+# with Celery, dramatiq and RQ, from the bench extra (bench/bench_libraries.py,
+# which takes its own arguments: LIBS_ARGS="--jobs 20000").
+LIBS_ARGS ?=
+bench: deps test-venv $(VENV)/.bench-installed
 	$(PY) bench/bench_single.py $(BENCH_ARGS)
 	$(PY) bench/bench_cluster.py $(BENCH_ARGS)
 	$(PY) bench/bench_cycle.py $(BENCH_ARGS)
 	$(PY) bench/bench_sdk.py $(BENCH_ARGS)
+	$(PY) bench/bench_libraries.py $(LIBS_ARGS)
 	$(PY) bench/bench_http.py $(BENCH_ARGS)
 
 # The compiled-core experiment (issue 17): Cython and mypyc builds of the same

@@ -19,6 +19,13 @@ with hiredis, RESP2.  Rows (``--only`` takes their names):
             ACKJOB per job; GETJOB COUNT 64 + ACKJOB per job; GETJOB COUNT 64 +
             one ACKJOB   target >= 2x the best
   worker-def  the same Worker with a plain ``def`` no-op handler (thread pool)
+  metrics   the no-op Worker counting Prometheus metrics (its default, as ``disquette
+            worker`` runs it) vs ``metrics=False``                target >= 0.9x (issue 38)
+  app       an App's no-op task (``[]`` bodies: a call without arguments) vs the plain
+            Worker's no-op handler on the same bodies                target >= 0.9x
+  app-features  the same App task with a backoff set on the App, beside tasks with
+            max_running and results (which its jobs do not use), vs the bare App
+                                                                     target >= 0.95x
 
 Figures are jobs per second (median of the rounds); ratios are medians of
 the per-round ratios.  The node runs this checkout's code (compiled if built
@@ -41,7 +48,7 @@ import redis  # noqa: E402
 from common import median, parse_bench_args, start_disquette  # noqa: E402
 from pydisque.client import Client as PydisqueClient  # noqa: E402
 
-from disquette import Client, Worker  # noqa: E402
+from disquette import App, Backoff, Client, Worker  # noqa: E402
 
 BODY = b"x" * 100
 BATCH = 1000
@@ -77,23 +84,24 @@ class Bench:
     def flush(self) -> None:
         self.raw.execute_command("DEBUG", "FLUSHALL")
 
-    def prefill(self, n: int) -> None:
+    def prefill(self, n: int, body: bytes = BODY) -> None:
         self.flush()
         pipe = self.raw.pipeline(transaction=False)
         for i in range(n):
-            pipe.execute_command("ADDJOB", "q", BODY, 0)
+            pipe.execute_command("ADDJOB", "q", body, 0)
             if i % BATCH == BATCH - 1:
                 pipe.execute()
         pipe.execute()
         assert self.raw.execute_command("QLEN", "q") == n
 
     def rate(self, n: int, fn: Callable[[], float | None],
-             prefill: bool = False) -> tuple[float, str]:
+             prefill: bool | bytes = False) -> tuple[float, str]:
         """Jobs/s of ``fn`` (over the seconds it returns, if it does: the
         Worker's time to its n-th job, without its stop), and the CPU it cost
-        per job (node / this process)."""
+        per job (node / this process).  ``prefill``: the queue first (with
+        that body, if bytes)."""
         if prefill:
-            self.prefill(n)
+            self.prefill(n, prefill if isinstance(prefill, bytes) else BODY)
         else:
             self.flush()
         node0, me0, t0 = cpu_seconds(self.node.pid), time.process_time(), time.perf_counter()
@@ -150,16 +158,21 @@ def raw_pipeline(b: Bench, n: int) -> None:
 
 # --------------------------------------------------------------- consumers
 
-def sdk_worker(b: Bench, n: int, handler, fetchers: int = 2) -> float:
+def sdk_worker(b: Bench, n: int, handler, fetchers: int = 2, metrics: bool | None = False,
+               app: Callable[[Client], App] | None = None) -> float:
     """``worker.run()`` (uvloop, main thread) until n jobs are done: its
     ``fetchers`` fetch loops each ask GETJOB COUNT 64 (concurrency 64 each),
     the acks of a batch riding on the next GETJOB.  Returns the seconds to
     the n-th job's end: the stop that follows (its last GETJOB blocks up to
     poll_ms on the empty queue, then the acks are flushed) is not serving,
-    and would count a second against a loop that just ends."""
+    and would count a second against a loop that just ends.  ``app``: the
+    worker of the App it makes (``handler`` unused)."""
     t0 = time.perf_counter()
-    w = Worker(Client(b.addr), "q", handler, concurrency=fetchers * PREFETCH,
-               fetchers=fetchers, metrics=False)
+    options = dict(concurrency=fetchers * PREFETCH, fetchers=fetchers, metrics=metrics)
+    if app is not None:
+        w = app(Client(b.addr)).worker(**options)
+    else:
+        w = Worker(Client(b.addr), "q", handler, **options)
     done_at: list[float] = []
 
     def stop_when_done() -> None:
@@ -284,11 +297,72 @@ def worker_rows(b: Bench, kind: str, handler) -> list[list]:
                    for k, (label, _) in PYDISQUE_LOOPS.items()]
 
 
+async def noop_task() -> None:
+    pass
+
+
+def def_noop_task() -> None:
+    pass
+
+
+def noop_app(client: Client) -> App:
+    """An App whose task of queue q does nothing (the App path's no-op)."""
+    app = App(client)
+    app.job("q")(noop_task)
+    return app
+
+
+def featured_app(client: Client) -> App:
+    """The same task, in an App with a backoff set for every task and with
+    tasks using max_running and results beside it, served by the same worker
+    (their queues stay empty)."""
+    app = App(client, backoff=Backoff(base=1, cap=60))
+    app.job("q")(noop_task)
+    app.job("limited", max_running=4)(def_noop_task)
+    app.job("answers", results=True)(noop_task)
+    return app
+
+
+def ratio_row(b: Bench, name: str, title: str, sides: dict[str, Callable[[int], float]],
+              goal: float, body: bytes = BODY) -> list[list]:
+    """Two Workers on the same prefilled queue: the first side against the second
+    (a row of the second table: title, the sides' names and rates, the target)."""
+    n = b.n(60_000)
+    m = measure(b, name, n, {k: (lambda f=f: f(n)) for k, f in sides.items()}, prefill=body)
+    first, second = list(sides)
+    return [[title, first, m[first], second, m[second], goal]]
+
+
+def rows_metrics(b: Bench) -> list[list]:
+    return ratio_row(b, "metrics", "Worker, async no-op, metrics on vs metrics=False", {
+        "metrics": lambda n: sdk_worker(b, n, async_noop, metrics=None),
+        "no metrics": lambda n: sdk_worker(b, n, async_noop)}, 0.9)
+
+
+def rows_app(b: Bench) -> list[list]:
+    return ratio_row(b, "app", "App no-op task vs Worker no-op handler ([] bodies)", {
+        "app": lambda n: sdk_worker(b, n, None, app=noop_app),
+        "worker": lambda n: sdk_worker(b, n, async_noop)}, 0.9, body=b"[]")
+
+
+def rows_app_features(b: Bench) -> list[list]:
+    return ratio_row(b, "app-features", "App no-op task, backoff/limits/results beside it, "
+                     "vs the bare App", {
+                         "featured": lambda n: sdk_worker(b, n, None, app=featured_app),
+                         "bare": lambda n: sdk_worker(b, n, None, app=noop_app)},
+                     0.95, body=b"[]")
+
+
 ROWS = {
     "add": lambda b: [row_add(b)],
     "batch": lambda b: [row_batch(b)],
     "worker": lambda b: worker_rows(b, "async", async_noop),
     "worker-def": lambda b: worker_rows(b, "def", def_noop),
+}
+RATIO_ROWS = {  # issue 38: what metrics, the App and its features cost
+    "metrics": rows_metrics,
+    "app": rows_app,
+    "app-features": rows_app_features,
 }
 
 
@@ -323,26 +397,45 @@ def table(rows: list[list]) -> str:
     return "\n".join(out)
 
 
+def ratio_table(rows: list[list]) -> str:
+    out = ["| row | first | second | first/second (rounds) | target |",
+           "| --- | ---: | ---: | --- | --- |"]
+    for title, first, a, second, b, goal in rows:
+        got = ratio(a, b)
+        rounds = ", ".join(f"{x / y:.2f}" for x, y in zip(a, b))
+        out.append(f"| {title} | {first} {fmt(a)} | {second} {fmt(b)} | {got:.2f}x ({rounds}) "
+                   f"| >= {goal:g}x: {'PASS' if got >= goal else 'MISS'} |")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_bench_args(argv, __doc__.split("\n\n")[0], list(ROWS), extra=lambda ap: (
+    args = parse_bench_args(argv, __doc__.split("\n\n")[0], [*ROWS, *RATIO_ROWS],
+                            extra=lambda ap: (
         ap.add_argument("--node-tree", default="", help="run the node from this checkout "
                         "(e.g. one with the compiled core built) instead of this one")))
-    unknown = set(args.names) - set(ROWS)
+    unknown = set(args.names) - set(ROWS) - set(RATIO_ROWS)
     if unknown:
         args.parser.error(f"unknown row(s): {', '.join(sorted(unknown))}")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"Python {platform.python_version()}, redis-py {redis.__version__}, "
           f"{os.cpu_count()} CPUs, load average {load}", flush=True)
     b = Bench(args)
-    rows = []
+    rows, ratio_rows = [], []
     try:
         for name, fn in ROWS.items():
             if not args.names or name in args.names:
                 log(f"{name}:")
                 rows += fn(b)
+        for name, fn in RATIO_ROWS.items():
+            if not args.names or name in args.names:
+                log(f"{name}:")
+                ratio_rows += fn(b)
     finally:
         b.node.stop()
-    print(table(rows))
+    if rows:
+        print(table(rows))
+    if ratio_rows:
+        print(ratio_table(ratio_rows))
     return 0
 
 

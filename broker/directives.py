@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import MISSING, dataclass, field, fields
+from enum import StrEnum
 from functools import partial
 from typing import Any, Callable
 
@@ -32,7 +33,8 @@ from broker.config_kinds import (
     String,
 )
 
-__all__ = ["Directive", "Directives", "DIRECTIVES", "DEFAULT_PIDFILE", "directive"]
+__all__ = ["AppendFsync", "Directive", "Directives", "DIRECTIVES", "DEFAULT_PIDFILE",
+           "directive"]
 
 # Written by the server when `daemonize yes` and no pidfile is configured (the
 # Redis >= 3.2 rule: otherwise a pid file is written only when one is set).
@@ -114,6 +116,33 @@ def _tls_ciphersuites(s: str) -> str | None:
     return None
 
 
+# --------------------------------------------------------------------------
+# Values that are one of a few words, typed.
+
+
+class AppendFsync(StrEnum):
+    """appendfsync: when the AOF is fsynced. Compared as members; each is its
+    word (CONFIG GET, INFO and CONFIG REWRITE show it as written)."""
+
+    ALWAYS = "always"
+    EVERYSEC = "everysec"
+    NO = "no"
+
+
+@dataclass(frozen=True)
+class Members(Enum):
+    """An Enum whose words are the members of ``members`` (a StrEnum), and
+    whose value is the member."""
+
+    members: type[StrEnum] = StrEnum
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "choices", tuple(m.value for m in self.members))
+
+    def parse(self, text: str, current: Any) -> StrEnum:
+        return self.members(super().parse(text, current))
+
+
 _PORT = Integer(0, 65535, message="Invalid port")
 _MB = 1024**2
 _GB = 1024**3
@@ -153,16 +182,16 @@ class Directives:
             "node is not reachable from the network.")
     unixsocket: str = directive(
         String(), "", runtime=False,
-        doc="Path of a Unix socket to listen on as well; empty for none.")
+        doc="Accepted for compatibility, ignored: no Unix socket is opened (clients connect over TCP).")
     unixsocketperm: int = directive(
         Octal(), 0, runtime=False,
-        doc="Permissions of the Unix socket, in octal; 0 leaves the umask's.")
+        doc="Accepted for compatibility, ignored (see unixsocket).")
     timeout: int = directive(
         Integer(0, message="Invalid timeout value"), 0, runtime=True,
         doc="Close a client idle this many seconds; 0 never.")
     tcp_keepalive: int = directive(
         Integer(0, message="Invalid tcp-keepalive value"), 0, runtime=True,
-        doc="SO_KEEPALIVE interval in seconds on client sockets; 0 disables.")
+        doc="Accepted for compatibility, ignored: client sockets get no SO_KEEPALIVE.")
     loglevel: str = directive(
         Enum(("debug", "verbose", "notice", "warning"),
              message="Invalid log level. Must be one of debug, verbose, notice, warning"),
@@ -173,16 +202,16 @@ class Directives:
         doc="Log file, relative to dir; empty logs to standard output.")
     syslog_enabled: bool = directive(
         Bool(), False, runtime=False,
-        doc="Also log to syslog.")
+        doc="Accepted for compatibility, ignored: the log goes to logfile (or standard output) only.")
     syslog_ident: str = directive(
         String(), "disque", runtime=False,
-        doc="Syslog identity.")
+        doc="Accepted for compatibility, ignored (see syslog-enabled).")
     syslog_facility: str = directive(
         Enum(("user", "local0", "local1", "local2", "local3",
               "local4", "local5", "local6", "local7"),
              message="Invalid log facility. Must be one of USER or between LOCAL0-LOCAL7"),
         "local0", runtime=False,
-        doc="Syslog facility.")
+        doc="Accepted for compatibility, ignored (see syslog-enabled).")
     dir: str = directive(
         String(check=_not_empty("dir")), ".", runtime=True,
         doc="Working directory: AOF, cluster config file and log live here. A relative "
@@ -256,10 +285,9 @@ class Directives:
     appendfilename: str = directive(
         String(check=_basename_only), "disque.aof", runtime=False,
         doc="AOF file name, inside dir.")
-    appendfsync: str = directive(
-        Enum(("always", "everysec", "no"),
-             message="argument must be 'no', 'always' or 'everysec'"),
-        "everysec", runtime=True,
+    appendfsync: AppendFsync = directive(
+        Members(message="argument must be 'no', 'always' or 'everysec'", members=AppendFsync),
+        AppendFsync.EVERYSEC, runtime=True,
         doc="When the AOF is fsync'ed.")
     no_appendfsync_on_rewrite: bool = directive(
         Bool(), False, runtime=True,
@@ -340,7 +368,7 @@ class Directives:
     # -- advanced
     hz: int = directive(
         Integer(MIN_HZ, MAX_HZ, clamp=True), 10, runtime=True,
-        doc="Background task frequency; clamped to 1..500 as in Redis.")
+        doc="Accepted for compatibility (clamped to 1..500 as in Redis, shown by INFO): the node's background tasks run on their own schedule.")
     client_output_buffer_limit: dict[str, OutputBufferLimit] = directive(
         OutputBufferLimits(),
         {"normal": OutputBufferLimit(0, 0, 0),
@@ -348,7 +376,8 @@ class Directives:
          "pubsub": OutputBufferLimit(32 * _MB, 8 * _MB, 60)},
         runtime=True,
         doc="Disconnect clients whose pending output exceeds hard, or soft for "
-            "soft-seconds; per class normal, slave (MONITOR), pubsub.")
+            "soft-seconds. The normal class applies to every client (MONITOR included); "
+            "slave and pubsub (no such clients here) are accepted for compatibility.")
     client_query_buffer_limit: int = directive(
         Memory(_MB, message="client-query-buffer-limit must be at least 1mb"), _GB, runtime=True,
         doc="Disconnect a client whose unparsed input exceeds this.")

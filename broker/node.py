@@ -31,9 +31,10 @@ from mypy_extensions import mypyc_attr
 from broker import lifecycle, slowlog
 from broker.client import Client
 from broker.dispatch import (
-    F_DENYOOM, F_LOADING, F_NOAUTH, Command, CommandError, dispatch_error,
+    F_DENYOOM, F_FAST, F_LOADING, F_NOAUTH, Command, CommandError, dispatch_error,
 )
 from broker.job import ACKED, ACTIVE, FLAG_DELIVERED, SHARDS, Job
+from broker.latency import LatencyMonitor
 from broker.queue import PAUSED_OUT, Queue
 from broker.registry import Registry
 from protocol.resp import NULL_ARRAY, Error, Status
@@ -143,6 +144,7 @@ class Node(Registry):
         self.memory_95 = 0
         self.memory_75 = 0
         self.slowlog_slower = 0
+        self.latency_threshold_ns = 0       # latency-monitor-threshold; 0: off
         self.config_applied()
         self.clock = clock                  # () -> int ms
         # () -> int ns, for command timing (commandstats, slowlog). The shell
@@ -177,6 +179,7 @@ class Node(Registry):
         # SLOWLOG entries, newest first (broker/slowlog.py says why bytes in a deque)
         self.slowlog: deque[bytes] = deque()
         self.slowlog_id = 0                 # the next entry's; Disque's first is 0
+        self.latency = LatencyMonitor()     # LATENCY's events (broker/latency.py)
         # The counters every command or read moves, in typed fields (a dict
         # entry of boxed ints cost a lookup, an add and a store each time);
         # stats_now() folds them into INFO's order, where their entries in
@@ -303,6 +306,10 @@ class Node(Registry):
         slower = self.slowlog_slower
         if slower >= 0 and ns // 1000 >= slower:    # Redis: 0 logs every command
             self.add_slowlog(client, argv, ns // 1000)
+        latency = self.latency_threshold_ns
+        if latency and ns >= latency:
+            self.latency.add("fast-command" if flags & F_FAST else "command", ns // 1_000_000,
+                             self.clock() // 1000)
         if self.ready_queues:
             self.serve_ready_queues()
         return reply
@@ -556,6 +563,15 @@ class Node(Registry):
         self.memory_95 = cfg.maxmemory * 95 // 100
         self.memory_75 = cfg.maxmemory * 75 // 100
         self.slowlog_slower = cfg.slowlog_log_slower_than
+        self.latency_threshold_ns = cfg.latency_monitor_threshold * 1_000_000
+
+    def latency_sample(self, event: str, ms: int) -> None:
+        """A latency the shells measured (the AOF's writes and fsyncs), kept
+        as LATENCY's event if it reaches latency-monitor-threshold (the
+        shells measure only while it is on: ``latency_threshold_ns``)."""
+        threshold = self.latency_threshold_ns
+        if threshold and ms * 1_000_000 >= threshold:
+            self.latency.add(event, ms, self.clock() // 1000)
 
     def config_changed(self, name: str) -> None:
         """CONFIG SET changed directive `name`: the cluster layer and the host

@@ -3,7 +3,7 @@
 
 The membership (cluster/membership.py) and the job layer (cluster/cluster.py)
 return these; the output driver (server/driver.py) and the simulator
-(cluster/sim.py) carry them out. ``Link`` is the input side: where a bus
+(server/sim/simulation.py) carry them out. ``Link`` is the input side: where a bus
 message came from, as the shell saw the socket. Compiled with the core
 (setup.py): ``Send`` is on the per-job path.
 

@@ -1,6 +1,8 @@
 """The ``disquette`` command line.
 
     disquette worker myapp.tasks:send_email --queue emails --nodes 127.0.0.1:7711 --concurrency 16
+    disquette worker myapp.tasks:app --processes 4   # every queue of a disquette.App
+    disquette worker --exec "./resize.sh" --queue images   # a command per job (body on stdin)
     disquette dispatch --queue emails --url http://127.0.0.1:8080/send --concurrency 8
     disquette dead list emails            # dead letters of emails (queue emails:dead)
     disquette dead requeue emails         # put them back to work
@@ -19,15 +21,19 @@ import os
 import sys
 from typing import Any, Callable
 
+from .app import App
 from .client import Client
 from .dead_letters import dead_queue_name
 from .dispatch import Dispatcher, ExponentialBackoff
 from .errors import DisqueError
+from .shell import ShellHandler
+from .supervisor import Supervisor
 from .worker import Worker
 
 
-def load_handler(spec: str) -> Callable[..., Any]:
-    """``"package.module:function"`` (the current directory is importable)."""
+def load_handler(spec: str) -> Any:
+    """``"package.module:function"`` or ``"package.module:app"`` (a
+    :class:`~disquette.App`); the current directory is importable."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise SystemExit(f"disquette: handler must look like module:function, not {spec!r}")
@@ -36,8 +42,8 @@ def load_handler(spec: str) -> Callable[..., Any]:
     obj: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
-    if not callable(obj):
-        raise SystemExit(f"disquette: {spec} is not callable")
+    if not (callable(obj) or isinstance(obj, App)):
+        raise SystemExit(f"disquette: {spec} is neither callable nor a disquette.App")
     return obj
 
 
@@ -56,19 +62,40 @@ def _dead_queue(args: argparse.Namespace) -> str:
     return args.queue if args.queue.endswith(":dead") else dead_queue_name(args.queue)
 
 
+def _worker(args: argparse.Namespace) -> Worker:
+    """The Worker the command line describes: a handler's, an App's, or --exec's."""
+    if args.exec is not None and args.handler is not None:
+        raise SystemExit("disquette: give a handler or --exec, not both")
+    target = ShellHandler(args.exec) if args.exec is not None else (
+        load_handler(args.handler) if args.handler is not None else None)
+    if target is None:
+        raise SystemExit("disquette: worker needs a handler (module:function or module:app) "
+                         "or --exec CMD")
+    options: dict[str, Any] = dict(
+        concurrency=args.concurrency, max_attempts=args.max_attempts or None,
+        max_failures=args.max_failures or None,
+        max_lost_deliveries=args.max_lost_deliveries or None, prefetch=args.prefetch,
+        dead_letter_queue=args.dead_letter_queue, retry_backoff=args.retry_backoff,
+        grace_period=args.grace_period, poll_ms=args.poll_ms,
+        metrics=False if args.no_metrics else None)
+    if isinstance(target, App):
+        # The app's own client (its nodes), unless --nodes or $DISQUETTE_NODES says.
+        explicit = args.nodes_given or "DISQUETTE_NODES" in os.environ
+        queues = _split(args.queue) if args.queue else None
+        return target.worker(queues, client=_client(args) if explicit else None, **options)
+    if not args.queue:
+        raise SystemExit("disquette: --queue is needed (but for a disquette.App)")
+    return Worker(_client(args), _split(args.queue), target, **options)
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
-    handler = load_handler(args.handler)
+    if args.processes > 1:
+        return Supervisor(args.argv, args.processes).run()
+    worker = _worker(args)
     if args.metrics_port:
         import prometheus_client   # optional (the `metrics` extra): only with --metrics-port
 
         prometheus_client.start_http_server(args.metrics_port)
-    worker = Worker(_client(args), _split(args.queue), handler, concurrency=args.concurrency,
-                    max_attempts=args.max_attempts or None,
-                    max_failures=args.max_failures or None,
-                    max_lost_deliveries=args.max_lost_deliveries or None,
-                    prefetch=args.prefetch,
-                    dead_letter_queue=args.dead_letter_queue, retry_backoff=args.retry_backoff,
-                    grace_period=args.grace_period, poll_ms=args.poll_ms)
     worker.run()
     print(handed_back_report(worker), flush=True)
     if worker.forced or worker.handed_back["unfinished"]:
@@ -140,9 +167,19 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     w = sub.add_parser("worker", parents=[common], help="run a handler on a queue's jobs")
-    w.add_argument("handler", help="module:function called with each Job")
-    w.add_argument("--queue", "-q", action="append", required=True,
-                   help="queue to consume (repeatable or comma-separated)")
+    w.add_argument("handler", nargs="?", default=None,
+                   help="module:function called with each Job, or module:app (a "
+                        "disquette.App: every queue of its tasks)")
+    w.add_argument("--exec", default=None, metavar="CMD",
+                   help="run CMD (/bin/sh -c) per job, its body on stdin; exit status 0 "
+                        "acks it, any other fails it")
+    w.add_argument("--queue", "-q", action="append", default=None,
+                   help="queue to consume (repeatable or comma-separated; for an App: "
+                        "only these of its queues)")
+    w.add_argument("--processes", type=int, default=1,
+                   help="run N worker processes under one supervisor (default 1)")
+    w.add_argument("--no-metrics", action="store_true",
+                   help="count no Prometheus metrics (they cost a few %% of the rate)")
     w.add_argument("--concurrency", "-c", type=int, default=16)
     w.add_argument("--max-attempts", type=int, default=5,
                    help="deliveries in all before the dead-letter queue (0: retry for ever)")
@@ -193,6 +230,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.nodes_given = bool(args.nodes)
     if not args.nodes:
         args.nodes = [os.environ.get("DISQUETTE_NODES", "127.0.0.1:7711")]
     logging.basicConfig(level=args.log_level.upper(),

@@ -152,6 +152,27 @@ class LeaseLost(asyncio.CancelledError):
         self.reason = reason
 
 
+class JobTimeout(Exception):
+    """A handler ran past its time limit (``timeout=`` of ``@app.job`` or
+    ``.with_options``): an ``async def`` one was cancelled, a ``def`` one's
+    thread left to finish alone (its result ignored).  The job failed; a dead
+    letter it ends in says reason ``"timeout"``.  ``seconds``: the limit."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"ran past its time limit of {seconds:g} s")
+        self.seconds = seconds
+
+
+class JobError(DisqueError):
+    """What ``job.result()`` raises when the job's handler failed for the
+    last time (dead-lettered): ``type`` (the exception's class name),
+    ``message`` and ``traceback`` (text), as the worker sent them."""
+
+    def __init__(self, job_id: str, type: str, message: str, traceback: str | None) -> None:
+        super().__init__(f"job {job_id} failed: {type}: {message}")
+        self.job_id, self.type, self.message, self.traceback = job_id, type, message, traceback
+
+
 class AddJobsError(DisqueError):
     """``add_jobs`` finished with some items refused or indeterminate.
 

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from .errors import JobTimeout
 from .job import Job
 
 FAILURES = "failures"
 LOST_DELIVERIES = "lost-deliveries"
+TIMEOUT = "timeout"  # the last failure was a time limit (disquette.JobTimeout)
 
 
 class Verdict(NamedTuple):
@@ -73,15 +75,18 @@ class PoisonPolicy:
                            f"(max_attempts {self.max_attempts})")
         return None
 
-    def after_failure(self, job: Job) -> Verdict | None:
-        """After the handler raised (this failure counted): dead-letter, or
-        None to let the job be tried again."""
+    def after_failure(self, job: Job, error: BaseException | None = None) -> Verdict | None:
+        """After the handler raised ``error`` (this failure counted): dead-letter,
+        or None to let the job be tried again.  A time limit
+        (:class:`~disquette.JobTimeout`) counts as a failure; its reason is
+        ``"timeout"``."""
+        reason = TIMEOUT if isinstance(error, JobTimeout) else FAILURES
         failures = (job.nacks or 0) + 1
         limit = self.max_failures
         if limit is not None and failures >= limit:
-            return Verdict(FAILURES, "max_failures", f"failed {failures} times "
+            return Verdict(reason, "max_failures", f"failed {failures} times "
                            f"(max_failures {limit})")
         if self.max_attempts is not None and job.attempts >= self.max_attempts:
-            return Verdict(FAILURES, "max_attempts", f"failed on delivery {job.attempts} "
+            return Verdict(reason, "max_attempts", f"failed on delivery {job.attempts} "
                            f"(max_attempts {self.max_attempts})")
         return None

@@ -62,6 +62,7 @@ from .tracing import (
 from .aio import AsyncClient
 from .commands import getjob_request, ids_request
 from .dead_letters import dead_queue_name, envelope
+from .backoff import Backoff
 from .errors import DisqueConnectionError, DisqueError, LeaseLost, NoJobError, TooLateError
 from .job import Job
 from .metrics import WorkerMetrics
@@ -129,7 +130,7 @@ class _ThreadBridge:
 
 class _Running:
     __slots__ = ("job", "task", "started", "next_touch", "touching", "quiet", "abandoned",
-                 "handling", "span")
+                 "handling", "span", "held_until")
 
     def __init__(self, job: Job, started: float, first_touch: float) -> None:
         self.job = job
@@ -141,6 +142,7 @@ class _Running:
         self.abandoned = False   # the grace period is over: the worker NACKed it
         self.handling = False    # the handler runs now
         self.span: Any = None    # the deliver span, with tracing
+        self.held_until = 0.0    # failed, kept until then with WORKING (a backoff), then NACKed
 
 
 class _Resume:
@@ -220,7 +222,10 @@ class Worker:
     nacks + additional deliveries + 1).  ``dead_letter_queue``: a name, or a
     function of the job's queue (default ``"<queue>:dead"``).
     ``retry_backoff``: on failure, let RETRY re-queue the job instead of
-    NACKing it (the failure then counts as a lost delivery).
+    NACKing it (the failure then counts as a lost delivery).  ``backoff``: a
+    :class:`~disquette.Backoff` (or a function of the job returning one or
+    None): a failed job is kept, with WORKING and out of the slots, for its
+    delay, then NACKed (disquette/backoff.py).
     ``grace_period``: seconds in-flight jobs get at shutdown.
     ``poll_ms``: how long one GETJOB blocks.  ``working_after``: seconds a
     handler runs before the first WORKING.  ``fast_ack``: FASTACK instead of
@@ -246,7 +251,8 @@ class Worker:
                  on_failure: Callable[..., Any] | None = None,
                  metrics: bool | None = None, max_failures: int | None = None,
                  max_lost_deliveries: int | None = None, prefetch: int = 0,
-                 tracing: bool | None = None) -> None:
+                 tracing: bool | None = None,
+                 backoff: Backoff | Callable[[Job], Backoff | None] | None = None) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         if prefetch < 0:
@@ -262,6 +268,7 @@ class Worker:
         self.policy = PoisonPolicy(max_attempts, max_failures, max_lost_deliveries)
         self.dead_letter_queue = dead_letter_queue
         self.retry_backoff = retry_backoff
+        self.backoff = backoff
         self.grace_period = grace_period
         self.poll_ms = poll_ms
         self.working_after = working_after
@@ -282,6 +289,7 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._main: asyncio.Task[None] | None = None
         self._inflight: dict[str, _Running] = {}
+        self._held: dict[str, _Running] = {}  # failed, waiting out their backoff
         self._buffer: deque[Job] = deque()
         self._starting = False
         self._tracer: Any = None
@@ -332,8 +340,9 @@ class Worker:
     def run_until_empty(self, timeout: float | None = None) -> None:
         """For tests: serve until the queues are empty (on the worker's node)
         and nothing is in flight, then stop as ``stop()`` does and return.
-        Jobs waiting for their DELAY or RETRY are not waited for.  Raises
-        TimeoutError (after stopping) if that takes over ``timeout`` seconds."""
+        Jobs waiting for their DELAY or RETRY are not waited for (those kept
+        for a ``backoff`` are).  Raises TimeoutError (after stopping) if that
+        takes over ``timeout`` seconds."""
         self._run_loop(self.serve_until_empty(timeout))
 
     async def serve_until_empty(self, timeout: float | None = None) -> None:
@@ -371,9 +380,11 @@ class Worker:
         self._executor = None if self._async_handler else ThreadPoolExecutor(
             self.concurrency, thread_name_prefix="disquette-worker")
         self._tracer = tracer_for(self.tracing)
-        # An async handler, no spans, no gauges: a job's start and end skip
-        # their checks (the hot path, per job).
-        self._plain = self._async_handler and self._tracer is None and not self.metrics
+        # An async handler, no spans: a job's start and end skip their checks
+        # (the hot path, per job).
+        self._plain = self._async_handler and self._tracer is None
+        if self.metrics:  # counted per batch; its in-flight gauge read when scraped
+            self.metrics.workers.add(self)
         # ...and no hooks either: a fresh job's handler starts without _process
         # (_run_batch), which comes in only if it waits or raises.
         self._fast = self._plain and self.before_job is None and self.after_job is None
@@ -438,7 +449,7 @@ class Worker:
                 await self._return_jobs(jobs)
                 return
             if not jobs and self._until_empty:
-                if not (self._inflight or self._buffer or self._fetching):
+                if not (self._inflight or self._buffer or self._fetching or self._held):
                     self._request_stop(False)  # nothing queued, nothing running: done
                     return
                 self._slot_free.clear()  # something runs: look again when it ends
@@ -502,8 +513,6 @@ class Worker:
                 job._client = self._bridge
             if self._tracer is not None:
                 run.span = start_deliver(self._tracer, job)
-            if self.metrics:
-                self.metrics.in_flight.inc()
         return run
 
     def _spawn_batch(self, runs: deque[_Running]) -> None:
@@ -661,11 +670,8 @@ class Worker:
                 del self._inflight[job.id]
             if self._buffer:
                 self._start_buffered()
-            if not self._plain:
-                if self.metrics:
-                    self.metrics.in_flight.dec()
-                if run.span is not None:
-                    end_deliver(run.span, outcome)
+            if not self._plain and run.span is not None:
+                end_deliver(run.span, outcome)
 
     async def _handle(self, run: _Running) -> None:
         job = run.job
@@ -710,14 +716,26 @@ class Worker:
         log.warning("job %s (queue %s, attempt %d) failed: %r", job.id, job.queue,
                     job.attempts, exc)
         await _call_hook(self.on_failure, job, exc)
-        verdict = self.policy.after_failure(job)
+        verdict = self.policy.after_failure(job, exc)
         if verdict is not None:
             return await self._dead_letter(run, exc, tb, verdict)
+        backoff = self.backoff(job) if callable(self.backoff) else self.backoff
+        if backoff is not None and not job.lease_lost and not run.abandoned:
+            delay = backoff.delay(job.attempts)
+            if delay > 0:
+                self._hold(run, delay)
+                return "failed"
         if self.retry_backoff:
             run.quiet = True  # no more WORKING: RETRY re-queues it
         else:
             await self._nack([job])
         return "failed"
+
+    def _hold(self, run: _Running, delay: float) -> None:
+        """A failed job kept for ``delay`` seconds (WORKING meanwhile, by the
+        keepalive loop, out of the slots), then NACKed: see backoff.py."""
+        run.held_until = time.monotonic() + delay
+        self._held[run.job.id] = run
 
     async def _dead_letter(self, run: _Running, error: BaseException, tb: str | None,
                            verdict: Verdict) -> str:
@@ -790,6 +808,8 @@ class Worker:
         if self._fetching == self.fetchers or self._stopping:
             self._ack_wakeup.set()
         self.stats["ok"] += len(runs)
+        if self.metrics:
+            self.metrics.succeeded(runs, time.monotonic())
 
     def _ack(self, job: Job, run: _Running) -> None:
         """Acks wait for the next GETJOB, which carries those for its node (no
@@ -854,6 +874,30 @@ class Worker:
                                                   or run.job.lease_lost):
                     run.touching = True
                     self._spawn(self._touch(run))
+            if self._held:
+                self._keep_held(now)
+
+    def _keep_held(self, now: float) -> None:
+        """Failed jobs in their backoff: NACKed once it is over, kept with
+        WORKING until then (dropped if the lease is lost: RETRY brings them
+        back)."""
+        due = []
+        for job_id, run in list(self._held.items()):
+            if run.job.lease_lost:
+                del self._held[job_id]
+            elif run.held_until <= now:
+                if not run.touching:
+                    del self._held[job_id]
+                    due.append(run.job)
+            elif run.next_touch <= now and not run.touching:
+                run.touching = True
+                self._spawn(self._touch(run))
+        if due:
+            self._spawn(self._nack_held(due))
+
+    async def _nack_held(self, jobs: list[Job]) -> None:
+        await self._nack(jobs)
+        self._slot_free.set()  # run_until_empty: they are queued again, look again
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -910,7 +954,12 @@ class Worker:
                 self._main.cancel()
 
     async def _drain(self) -> None:
-        """Let the jobs in flight finish for up to grace_period; NACK the rest."""
+        """Let the jobs in flight finish for up to grace_period; NACK the rest
+        (and at once the failed jobs waiting out a backoff)."""
+        if self._held:
+            held = [r.job for r in self._held.values() if not r.job.lease_lost]
+            self._held.clear()
+            await self._nack(held)
         if self._inflight:
             log.info("stopping: waiting up to %.1f s for %d jobs", self.grace_period,
                      len(self._inflight))
@@ -951,6 +1000,8 @@ class Worker:
         await asyncio.wait(tasks, timeout=SHUTDOWN_WAIT)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+        if self.metrics:
+            self.metrics.workers.discard(self)
         if owned:
             await self._aclient.aclose()
         # The bridge refers back to the worker: break the cycle, so that the

@@ -1,4 +1,6 @@
-"""disquette-check-aof FILE [--fix [--force]]: check (and repair) an append-only file.
+"""disquette-check-aof FILE [--fix [--force]]: check (and repair) an append-only file;
+disquette-check-aof --import-disque DISQUE_AOF [--disque-nodes NODES_CONF] [--out FILE]:
+write a Disque 1.0-rc1 AOF again as a Disquette one (server/disque_import.py).
 
 Reads the whole file, verifies the header and every record's checksums, decodes
 every record, and reports what it holds. Exit status: 0 when the file is valid
@@ -8,6 +10,11 @@ at the first bad record, losing everything after it), 3 on usage or I/O errors.
 
 A torn tail is what a crash in the middle of a write leaves; the node itself
 truncates it at start when ``aof-load-truncated yes`` (the default).
+
+The import exits with the same codes: 1 when the Disque AOF ends in the
+middle of a command (Disque's own ``disque-check-aof --fix`` cuts it), 2 when
+it is damaged before its end (both with the byte offset), 3 on usage or I/O
+errors (an output file that exists is not overwritten).
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ import os
 import sys
 
 from broker import aof_format as fmt
+from protocol import disque_aof
+from server import disque_import
 
 CHUNK = 1 << 20
 
@@ -46,18 +55,34 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="disquette-check-aof",
         description="Check a Disquette append-only file; --fix truncates a torn last record.")
-    p.add_argument("file", help="the AOF file (e.g. disque.aof in the node's dir)")
+    p.add_argument("file", nargs="?", help="the AOF file (e.g. disque.aof in the node's dir)")
     p.add_argument("--fix", action="store_true",
                    help="truncate a torn last record (what a crash mid-write leaves)")
     p.add_argument("--force", action="store_true",
                    help="with --fix: also cut a file corrupt before its end at the first "
                         "bad record (everything after it is lost)")
+    p.add_argument("--import-disque", metavar="DISQUE_AOF",
+                   help="write this Disque 1.0-rc1 AOF as a Disquette AOF (--out)")
+    p.add_argument("--disque-nodes", metavar="NODES_CONF",
+                   help="with --import-disque: the Disque node's nodes.conf; the import "
+                        "keeps its node id and peers (nodes.conf written beside --out)")
+    p.add_argument("--out", metavar="FILE", default="disque.aof",
+                   help="with --import-disque: the Disquette AOF to write (default "
+                        "disque.aof); never overwritten")
     args = p.parse_args(argv)
+    if args.import_disque is not None:
+        if args.file is not None or args.fix:
+            p.error("--import-disque takes no FILE and no --fix")
+        return import_disque(args.import_disque, args.out, args.disque_nodes)
+    if args.file is None:
+        p.error("a FILE to check, or --import-disque DISQUE_AOF")
     out = sys.stdout
     try:
         with open(args.file, "rb") as f:
             # The file's size, not what the check read: it stops at the damage.
             size = os.fstat(f.fileno()).st_size
+            head = f.read(16)
+            f.seek(0)
             s = fmt.check_chunks(_chunks(f))
     except OSError as e:
         print(f"Cannot read {args.file}: {e.strerror}", file=sys.stderr)
@@ -73,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         e = s.corrupt
         print(f"AOF is corrupt: {e.reason} at byte offset {e.offset}", file=out)
         if isinstance(e, fmt.BadHeader):
-            print("This is not a file this version of Disquette can load.", file=out)
+            print(disque_import.disque_aof_hint(args.file, head)
+                  or "This is not a file this version of Disquette can load.", file=out)
             return 2
         lost = size - e.offset
         if args.fix and args.force:
@@ -96,6 +122,55 @@ def main(argv: list[str] | None = None) -> int:
         print("Run with --fix to truncate it.", file=out)
         return 1
     print("AOF is valid", file=out)
+    return 0
+
+
+def import_disque(path: str, out_path: str, nodes_path: str | None) -> int:
+    """--import-disque: see the module's docstring for the exit codes."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        nodes_text = None
+        if nodes_path is not None:
+            with open(nodes_path, encoding="utf-8") as f:
+                nodes_text = f.read()
+    except OSError as e:
+        print(f"Cannot read {e.filename}: {e.strerror}", file=sys.stderr)
+        return 3
+    print(f"Disque AOF {path}: {len(data)} bytes")
+    nodes = None
+    if nodes_text is not None:
+        try:
+            nodes = disque_import.read_disque_nodes(nodes_text)
+        except ValueError as e:
+            print(f"Cannot import {nodes_path}: {e}", file=sys.stderr)
+            return 3
+    try:
+        imported = disque_import.convert(data, nodes)
+    except disque_aof.DisqueAOFError as e:
+        if e.truncated:
+            print(f"Disque AOF is truncated: {e.why} at byte offset {e.offset}. Nothing "
+                  f"written: cut it there first (Disque's disque-check-aof --fix does).")
+            return 1
+        print(f"Disque AOF is damaged: {e.why} at byte offset {e.offset}. Nothing written.")
+        return 2
+    nodes_out = os.path.join(os.path.dirname(out_path), "nodes.conf")
+    try:
+        if nodes is not None and os.path.lexists(nodes_out):
+            raise FileExistsError(f"{nodes_out} exists: move it away first")
+        disque_import.write_new(out_path, imported.aof)
+        if nodes is not None:
+            disque_import.write_new(nodes_out, nodes.text.encode())
+    except OSError as e:
+        print(f"Cannot write: {e}", file=sys.stderr)
+        return 3
+    print(f"Wrote {out_path}: {len(imported.aof)} bytes, format version {fmt.VERSION}, "
+          f"{len(imported.jobs)} jobs")
+    if nodes is not None:
+        print(f"Wrote {nodes_out}: node id {nodes.myself}, {len(nodes.known) - 1} peers")
+    else:
+        print("No --disque-nodes: the node that loads it takes a new id and holds "
+              "every job alone")
     return 0
 
 

@@ -1,8 +1,8 @@
 # compiled: mypyc (setup.py builds each module whose first line this is)
 """The output driver: the one place that carries a node's outputs out, in the
 order persistence needs. Used by the process (server/process.py, with its RESP
-shell and the cluster bus), by in-process nodes (server/inprocess.py: fast tests,
-the simulator) and by any future shell (HTTP...).
+shell and the cluster bus), by in-process nodes (server/sim/inprocess.py: fast
+tests, the simulator) and by any future shell (HTTP...).
 
 The core's outputs (DESIGN.md) are:
 - replies: the value handle_command returns (the shell encodes and writes it)

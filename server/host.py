@@ -15,6 +15,7 @@ from broker.dispatch import CommandError
 from broker.node import Host
 from protocol.resp import READER
 from server import reconfigure
+from server.aof_rewrite import rewrite_file
 
 try:    # glibc: hand the free pages inside the heap back to the system
     _malloc_trim = ctypes.CDLL(None).malloc_trim
@@ -110,7 +111,15 @@ class ServerHost(Host):
     def bgrewriteaof(self) -> str:
         aof = self.server.aof
         if aof is None:
-            raise CommandError("ERR AOF is not enabled")
+            # As Disque: with the AOF off, BGREWRITEAOF still writes the file
+            # (appendfilename, in dir: our working directory) from the jobs
+            # held now. Done before the reply: there is no log to follow.
+            try:
+                rewrite_file(self.server.node, self.server.config.appendfilename)
+            except OSError as e:
+                raise CommandError(
+                    f"ERR Can't rewrite the append only file: {e.strerror}") from None
+            return "Background append only file rewriting started"
         return aof.start_rewrite()
 
     def debug_loadaof(self) -> None:

@@ -304,3 +304,30 @@ def slowlog(node, client, argv):
         node.slowlog.clear()
         return OK
     raise CommandError("ERR Unknown SLOWLOG subcommand or wrong # of args. Try GET, RESET, LEN.")
+
+
+@command("latency", -2, F_ADMIN | F_LOADING,
+         doc="LATENCY LATEST | HISTORY event | RESET [event ...] | GRAPH event | DOCTOR")
+def latency(node, client, argv):
+    """Disque's latency monitor (broker/latency.py), its replies and errors."""
+    sub = argv[1].lower()
+    n = len(argv)
+    monitor = node.latency
+    if sub == b"history" and n == 3:
+        return monitor.history_reply(argv[2].decode("latin-1"))
+    if sub == b"graph" and n == 3:
+        event = argv[2].decode("latin-1")
+        graph = monitor.graph(event, node.clock() // 1000)
+        if graph is None:
+            raise CommandError(f"ERR No samples available for event '{event}'")
+        return graph.encode()
+    if sub == b"latest" and n == 2:
+        return monitor.latest_reply()
+    if sub == b"doctor" and n == 2:
+        cfg = node.config
+        return monitor.doctor(node.clock() // 1000, cfg.latency_monitor_threshold,
+                              cfg.slowlog_log_slower_than, cfg.appendfsync == "always",
+                              cfg.hz).encode()
+    if sub == b"reset":
+        return monitor.reset([a.decode("latin-1") for a in argv[2:]] if n > 2 else None)
+    raise CommandError(SYNTAX_ERROR)

@@ -536,8 +536,20 @@ def test_slowlog_cuts_arguments_as_disque(node):
     assert [e[0] for e in c.execute_command("SLOWLOG", "GET")] == [5]   # RESET itself
 
 
-def test_bgrewriteaof_without_aof(snode):
-    assert snode.raw().call("BGREWRITEAOF").startswith(b"-ERR ")
+def test_bgrewriteaof_without_aof_writes_the_file_as_disque(node_factory):
+    """With appendonly no, Disque still rewrites: appendfilename, in dir,
+    holding the jobs of the moment; a node started on it with the AOF on
+    has them."""
+    n = node_factory(appendfilename="jobs.aof")
+    c = n.client()
+    ids = {c.execute_command("ADDJOB", "q", f"b{i}", 0) for i in range(3)}
+    assert n.raw().call("BGREWRITEAOF") == b"+Background append only file rewriting started\r\n"
+    assert (n.dir / "jobs.aof").exists()
+    n.terminate()
+    n.args += ["--appendonly", "yes"]
+    n.start()
+    cursor, held = n.client().execute_command("JSCAN", 0, "BUSYLOOP")
+    assert set(held) == ids
 
 
 def test_config_set_dir_changes_directory(snode):

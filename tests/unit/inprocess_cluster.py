@@ -1,4 +1,4 @@
-"""Whole in-process nodes (server/inprocess.py) that know each other, on one
+"""Whole in-process nodes (server/sim/inprocess.py) that know each other, on one
 virtual clock, their bus messages carried as real frames (protocol/bus.py):
 what the cluster sub-protocols' unit tests drive (test_replication.py,
 test_acks.py, test_requeue.py, test_federation.py, test_tombstones.py)."""
@@ -11,7 +11,8 @@ from broker.config import Config
 from broker.job import random_node_id
 from cluster.membership import Membership
 from cluster.outputs import Link
-from server.inprocess import InProcessNode, VirtualClock
+from server.sim.clock import VirtualClock
+from server.sim.inprocess import InProcessNode
 from tests.unit.test_cluster_batching import know_each_other, wire
 
 NOW = 1_700_000_000_000
