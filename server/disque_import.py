@@ -33,7 +33,7 @@ from broker import aof_format as fmt
 from broker.job import FLAG_DELIVERED, Job, holders_of
 from cluster.membership import Membership
 from protocol import disque_aof
-from server.aof_files import fsync_dir, unlink_quietly
+from server.aof_files import OSFiles
 
 DISQUE_BUS_OFFSET = 10000       # Disque's bus port: its port + 10000
 # Disque's nodes.conf flags a Disquette node keeps at start; the others
@@ -134,6 +134,6 @@ def write_new(path: str, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        unlink_quietly(tmp)
+        OSFiles().unlink_quietly(tmp)
         raise
-    fsync_dir(path)
+    OSFiles.fsync_dir(path)
