@@ -61,11 +61,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from bench_sdk import async_noop, sdk_worker
-from bench_single import (
-    Result, add_profile_option, cells, measure_rows, report, select,
-)
+from bench_single import Metric, Result, add_profile_option, log, measure_metrics, select
 from common import (
-    HOST, REPO_ROOT, Profiler, Server, body, call_bulk, cpu_seconds, disque_path,
+    HOST, REPO_ROOT, Profiler, Server, body, cpu_seconds, disque_path,
     environment, info, median, parse_bench_args, redis_benchmark, redis_benchmark_csv,
     settle, start_ceiling, start_disque, start_disque_cluster, start_disquette,
     start_disquette_cluster, start_redis, temp_dir, wait_cluster_joined,
@@ -85,10 +83,6 @@ WAIT2 = ["WAIT", "2", "0"]
 REDIS_CYCLE_R3 = [LPUSH, WAIT2, *REDIS_CYCLE[1:]]
 # No automatic rewrite on any side during the durable rows.
 NO_REWRITE = ("--auto-aof-rewrite-percentage", "0")
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------
@@ -368,15 +362,6 @@ def run_worker(ctx: Context) -> Result:
     return Result(r.ours, None, None, "jobs/s", r.ratio)
 
 
-@dataclass
-class Metric:
-    name: str
-    title: str
-    kind: str                   # as bench_single's Metric.kind
-    target: float | None
-    run: Callable[[Context], Result]
-
-
 CEILING = "ceiling (do-nothing RESP server, same loop): "
 METRICS: list[Metric] = [
     Metric("gen-check", "load generator check: ADDJOB -c 50 on Disque, cyclegen (ours column) "
@@ -421,14 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(args)
     print(environment(ctx.sides("plain")[0].entry), flush=True)
     print(f"load average at the start: {os.getloadavg()[0]:.2f}", flush=True)
-
-    def measure(m: Metric) -> list[str]:
-        log(f"{m.name}: {m.title}")
-        ctx.row = m.name
-        return cells(m.title, m.kind, m.target, m.run(ctx), ctx.has_disque)
-
-    table = measure_rows([m for m in METRICS if m.name in chosen], measure, profiler)
-    report(table, ctx.has_disque, args.quick, ctx.rounds, profiler)
+    measure_metrics(ctx, METRICS, chosen, profiler)
     return 0
 
 

@@ -478,15 +478,22 @@ def main(argv: list[str] | None = None) -> int:
     profiler = Profiler() if args.profile else None
     ctx = Context(args)
     print(environment(ctx.ours), flush=True)
+    measure_metrics(ctx, METRICS, chosen, profiler)
+    return 0
 
+
+def measure_metrics(ctx, metrics: list[Metric], chosen: list[str],
+                    profiler: Profiler | None) -> None:
+    """The chosen metrics' rows, then the report. ``ctx``: what their ``run``
+    takes, with ``row`` (set to the row running), ``has_disque``, ``quick``
+    and ``rounds``."""
     def measure(m: Metric) -> list[str]:
         log(f"{m.name}: {m.title}")
         ctx.row = m.name
         return cells(m.title, m.kind, m.target, m.run(ctx), ctx.has_disque)
 
-    table = measure_rows([m for m in METRICS if m.name in chosen], measure, profiler)
-    report(table, ctx.has_disque, args.quick, ctx.rounds, profiler)
-    return 0
+    table = measure_rows([m for m in metrics if m.name in chosen], measure, profiler)
+    report(table, ctx.has_disque, ctx.quick, ctx.rounds, profiler)
 
 
 if __name__ == "__main__":
