@@ -1,7 +1,7 @@
 """An AOF of format version 2 (the J and j job records, fields in the older
 order), made by the code that wrote version 2, and what that code read from
 it: tests/data/aof-v2.aof and tests/data/aof-v2.json, against which
-tests/unit/test_aof_format.py and tests/spark/test_aof_read.py hold the
+tests/unit/broker/test_aof_format.py and tests/spark/test_aof_read.py hold the
 loader and the Spark reader of today.
 
 The fixture was made on main at commit 8079746 (the last version 2 writer),

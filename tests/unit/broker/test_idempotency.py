@@ -10,8 +10,8 @@ import pytest
 from broker import aof_format as fmt
 from broker.job import Job, job_from_fields, job_to_fields
 from protocol import bus
-from tests.unit.test_aof_format import T0, VirtualClock, load, new_node
-from tests.unit.test_bus_frames import A, read_all, sample
+from tests.unit.broker.test_aof_format import T0, VirtualClock, load, new_node
+from tests.unit.protocol.test_bus import A, read_all, sample
 
 
 def keyed_job(i: int, key: bytes | None) -> Job:
