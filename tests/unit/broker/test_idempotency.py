@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from broker import aof_format as fmt
-from broker.job import Job, job_from_fields, job_to_fields
+from broker.job import HolderLists, Job, job_from_fields, job_to_fields
 from protocol import bus
 from tests.unit.broker.test_aof_format import T0, VirtualClock, load, new_node
 from tests.unit.protocol.test_bus import A, read_all, sample
@@ -26,8 +26,8 @@ def test_job_fields_carry_the_key_only_when_there_is_one():
     assert len(job_to_fields(plain)) == 14
     fields = job_to_fields(keyed)
     assert len(fields) == 15 and fields[14] == b"order-1"
-    assert job_from_fields(fields).idem_key == b"order-1"
-    assert job_from_fields(job_to_fields(plain)).idem_key is None
+    assert job_from_fields(fields, HolderLists()).idem_key == b"order-1"
+    assert job_from_fields(job_to_fields(plain), HolderLists()).idem_key is None
 
 
 @pytest.mark.parametrize("key, ok", [(b"k", True), (b"k" * 256, True), (b"", False),
