@@ -16,7 +16,6 @@ from binascii import b2a_base64
 
 from mypy_extensions import i16, i32, mypyc_attr, u8
 
-from broker.timers import Chunk
 from protocol import job_record as field
 
 # Job states, in SPEC order. The index is what SHOW and JSCAN print.
@@ -236,6 +235,22 @@ class JobExtra:
         self.gc_time = 0            # acked: next ack GC attempt, ms
         self.gc_retry = 0           # ack GC attempts so far (backoff exponent)
         self.idem_key: bytes | None = None
+
+
+# A job's place in the timer wheel (broker/timers.py): ``job.timer`` is the
+# chunk holding it, ``job.timer_slot`` its index there. Acyclic (compiled):
+# its one cycle, through its jobs, is broken as each leaves.
+@mypyc_attr(acyclic=True)
+class Chunk:
+    """Up to CHUNK jobs of one timer bucket (None where one left), how many
+    are live, and the bucket's key."""
+
+    __slots__ = ("jobs", "live", "key")
+
+    def __init__(self, jobs: list, key: int) -> None:
+        self.jobs = jobs
+        self.live = len(jobs)
+        self.key = key
 
 
 @mypyc_attr(acyclic=True)
