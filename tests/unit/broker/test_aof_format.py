@@ -26,7 +26,7 @@ from broker.aof_policy import AOFPolicy
 from broker.commands import COMMANDS
 from broker.config import Config
 from broker.job import (
-    ACKED, ACTIVE, FLAG_DELIVERED, FLAG_HELD, HELD, Job, job_to_fields, make_job_id,
+    ACKED, ACTIVE, FLAG_DELIVERED, FLAG_HELD, HELD, HolderLists, Job, job_to_fields, make_job_id,
 )
 from broker.node import Node
 from server import aof as aof_mod
@@ -689,7 +689,7 @@ def test_job_records_keep_their_bytes(n, kind, digest):
     those), a row being the job's record as the bus carries it, and the
     requeue time loads back."""
     jobs = pinned_jobs(n)
-    jobs[0].nodes_delivered = node.holders.of(("f" * 40, "e" * 40))
+    jobs[0].nodes_delivered = HolderLists().of(("f" * 40, "e" * 40))
     data = fmt.encode_jobs(jobs)
     assert data[fmt.REC_HEADER_SIZE] == kind
     assert hashlib.sha256(data).hexdigest() == digest
