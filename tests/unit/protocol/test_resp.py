@@ -10,7 +10,7 @@ import pytest
 from redis._parsers import _HiredisParser, _RESP2Parser, _RESP3Parser
 from redis._parsers.encoders import Encoder
 
-from protocol import request as resp_request
+from protocol import request as resp_request, resp
 from protocol.resp import (
     NULL_ARRAY,
     OK,
