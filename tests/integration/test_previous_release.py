@@ -2,20 +2,25 @@
 source from the repository's history, its pure build in a venv of its own),
 as real processes: a mixed cluster replicates both ways, the previous
 release's AOF loads here, and a node that speaks only a newer bus version is
-refused with one log line. (The rolling upgrade under load is the chaos
+refused with one log line; a downgrade is refused by the file's version until
+``disquette-check-aof --to-version 2`` rewrites it. (The rolling upgrade under load is the chaos
 scenario's: tests/chaos/test_rolling_upgrade.py.)"""
 
 from __future__ import annotations
 
 import socket
 import struct
+import subprocess
+import sys
 
 import msgpack
 import pytest
 import redis
 
 from chaos.previous_release import Unavailable, previous_release
-from tests.harness import join, wait_until
+from protocol import aof_codec
+from disquette.testing import NodeStartError
+from tests.harness import REPO_ROOT, join, wait_until
 
 pytestmark = pytest.mark.xdist_group("previous-release")
 
@@ -122,3 +127,36 @@ def test_a_node_speaking_only_a_newer_bus_version_is_refused_with_one_line(node_
     wait_until(lambda: line in node.log(), message=node.log_tail)
     assert node.log().count("refused") == 1
     assert _malformed(node) == 0
+
+
+def test_a_downgrade_refused_by_the_file_version_then_done_by_check_aof(
+        node_factory, previous, tmp_path):
+    new = node_factory(dir=tmp_path / "n", appendonly="yes", appendfsync="always")
+    c = _client(new)
+    pipe = c.pipeline(transaction=False)      # one turn of 40 adds: a column batch
+    for i in range(40):
+        pipe.execute_command("ADDJOB", f"q{i % 3}", f"batch {i}", 0, "RETRY", 60)
+    ids = pipe.execute()
+    ids.append(c.execute_command("ADDJOB", "k", "keyed", 0, "IDEMPOTENCY", "key-1"))
+    c.execute_command("GETJOB", "FROM", "q0")
+    c.execute_command("ACKJOB", ids[3])
+    new.restart()                              # as this release loads it
+    c = _client(new)
+    before = {jid: _shown(c, jid) for jid in ids}
+    new.stop()
+    aof = tmp_path / "n" / "disque.aof"
+    scanner = aof_codec.Scanner()
+    kinds = {payload[0] for _, payload in scanner.feed(aof.read_bytes())}
+    assert scanner.version == 3 and {aof_codec.REC_JOBS, aof_codec.REC_JOB_ROWS} <= kinds
+    old = _old(node_factory, previous, dir=tmp_path / "n", port=new.port, appendonly="yes",
+               start=False)
+    with pytest.raises(NodeStartError):
+        old.start()
+    assert "AOF format version 3 is not supported" in old.log()
+    fixed = subprocess.run([sys.executable, "-m", "server.check_aof", str(aof),
+                            "--to-version", "2"], capture_output=True, text=True, cwd=REPO_ROOT)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "Rewrote the AOF as format version 2" in fixed.stdout
+    old.start()
+    c = _client(old)
+    assert {jid: _shown(c, jid) for jid in ids} == before
