@@ -145,11 +145,13 @@ class CheckResult:
     lost_every_copy_cut: int = 0
     # A rolling upgrade (chaos/upgrade.py): the adds acknowledged while nodes
     # of both releases ran (all of them up), the REPLICATE 3 probes, those
-    # not held by every running node (when added, and while the next node was
-    # down), those never acked, and the bus messages dropped as malformed
+    # short of a copy (3 when added, 2 running while the next node was down),
+    # those held by nodes of both releases, those never acked, and the bus
+    # messages dropped as malformed
     mixed_phase_adds: int = 0
     upgrade_probes: int = 0
     upgrade_probes_short: int = 0
+    upgrade_probes_across: int = 0
     upgrade_probes_unacked: int = 0
     upgrade_malformed: int = 0
 
@@ -282,8 +284,10 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
                         f"within {STORM_WINDOW_S:g} s with no NACK (requeue storm)")
     upgrade = upgrade_figures(events, ok_adds)
     if upgrade["upgrade_probes_short"]:
-        problems.append(f"{upgrade['upgrade_probes_short']} upgrade probe(s) not held by every "
-                        "running node: replication across releases failed")
+        problems.append(f"{upgrade['upgrade_probes_short']} upgrade probe(s) short of a copy "
+                        "(3 when added, 2 running while a node was down)")
+    if upgrade["upgrade_probes"] and not upgrade["upgrade_probes_across"]:
+        problems.append("no upgrade probe was held by nodes of both releases")
     if upgrade["upgrade_probes_unacked"]:
         problems.append(f"{upgrade['upgrade_probes_unacked']} upgrade probe(s) never "
                         "delivered and acked")
@@ -344,6 +348,7 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
         mixed_phase_adds=upgrade["mixed_phase_adds"],
         upgrade_probes=upgrade["upgrade_probes"],
         upgrade_probes_short=upgrade["upgrade_probes_short"],
+        upgrade_probes_across=upgrade["upgrade_probes_across"],
         upgrade_probes_unacked=upgrade["upgrade_probes_unacked"],
         upgrade_malformed=upgrade["upgrade_malformed"],
         **windows(events),
@@ -482,6 +487,7 @@ def upgrade_figures(events: list[dict[str, Any]], ok_adds: list[Add]) -> dict[st
     probes: set[str] = set()
     short: set[str] = set()
     acked: set[str] = set()
+    across: set[str] = set()
     dropped = 0
     for e in events:
         if e["type"] == "fault" and e.get("phase") == "start" and e.get("name") == "upgrade":
@@ -494,10 +500,12 @@ def upgrade_figures(events: list[dict[str, Any]], ok_adds: list[Add]) -> dict[st
             phases.append([e["t"]])
         elif what == "probe-add":
             probes.add(e["id"])
-            if len(e.get("holders") or ()) < 3:
+            if len(e.get("holders") or ()) < 3:         # REPLICATE 3
                 short.add(e["id"])
+            if len(e.get("holder_releases") or ()) > 1:
+                across.add(e["id"])
         elif what == "probe-held":
-            if set(e.get("running") or ()) - set(e.get("holders") or ()):
+            if len(e.get("holders") or ()) < 2:         # one node down
                 short.add(e["id"])
         elif what == "probe-acked":
             acked.add(e["id"])
@@ -508,6 +516,7 @@ def upgrade_figures(events: list[dict[str, Any]], ok_adds: list[Add]) -> dict[st
     mixed = sum(1 for a in ok_adds if any(start <= a.t < end for start, end in phases))
     return {"mixed_phases": len(phases), "mixed_phase_adds": mixed,
             "upgrade_probes": len(probes), "upgrade_probes_short": len(short),
+            "upgrade_probes_across": len(across),
             "upgrade_probes_unacked": len(probes - acked), "upgrade_malformed": dropped}
 
 

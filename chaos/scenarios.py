@@ -413,8 +413,8 @@ def rolling_upgrade(f, rng, t0, s):
     """The nodes upgraded from the previous release one at a time, in a
     seeded order, at 20%, 45% and 70% of the run (spread over 15%..75% for
     another size); in each mixed phase a REPLICATE 3 probe added on a node of
-    each release, checked held everywhere, and again while the next node is
-    down; the probes acked at the end."""
+    each release, its copies counted, and again while the next node is down;
+    the probes acked at the end."""
     f.history.event("upgrade", what="releases", nodes=upgrade.releases(f))
     order = rng.sample(f.cluster.nodes, len(f.cluster.nodes))
     probes = upgrade.Probes(f)

@@ -12,9 +12,10 @@ upgrade_figures):
 - ``upgrade`` events ``probe-add``: a job added with REPLICATE 3 on one node
   of each release during each mixed phase (queue ``upgrade-probe``, which the
   workload does not consume), with the nodes holding a copy (SHOW on every
-  node): three, or replication across the releases failed;
+  node) and their releases: three, or replication failed; of both releases
+  (always so on three nodes), or it did not cross them;
 - ``probe-held``: when the next node is stopped, each probe's holders among
-  the running nodes (all of them: it survives the loss of a node);
+  the running nodes: two at least (it survives the loss of a node);
 - ``probe-acked``: at the end, each probe taken (GETJOB) and acked somewhere;
 - ``malformed``: before each step and at the end, the bus messages each
   running node dropped as malformed (INFO stats): none.
@@ -92,11 +93,14 @@ class Probes:
                                         "REPLICATE", 3, "RETRY", 30, "TTL", 3600)
             self.ids.append(jid)
             holders = self._holders(jid)
+            of = releases(self.f)
             self.f.history.event("upgrade", what="probe-add", id=jid, node=node.name,
-                                 release=release, holders=holders)
+                                 release=release, holders=holders,
+                                 holder_releases=sorted({of[h] for h in holders}))
 
     def check_held(self) -> None:
-        """Every probe held by every running node (one of them is down)."""
+        """Each probe's holders among the running nodes while one is down:
+        two at least (it survives the loss of a node)."""
         running = [n.name for n in self.f.cluster.nodes if n.is_running()]
         for jid in self.ids:
             self.f.history.event("upgrade", what="probe-held", id=jid, running=running,

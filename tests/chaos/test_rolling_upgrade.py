@@ -2,8 +2,8 @@
 length): three nodes of the previous release (chaos/previous_release.py)
 upgraded to this one a node at a time, on their AOFs, under REPLICATE 3 adds,
 gets and acks. Nothing acknowledged is lost, adds are acknowledged while both
-releases run, the probes added then are held by every node (and by every
-running node while the next one is down), every job ends acked, and no bus
+releases run, the probes added then are held by every node (and by both
+running nodes while the next one is down), every job ends acked, and no bus
 message is dropped as malformed."""
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ def test_a_rolling_upgrade_loses_nothing_and_keeps_replicating(tmp_path):
     assert figures["mixed_phase_adds"] > 50
     assert figures["upgrade_probes"] == 4          # one per release in each of 2 mixed phases
     assert figures["upgrade_probes_short"] == 0 and figures["upgrade_probes_unacked"] == 0
+    assert figures["upgrade_probes_across"] == 4   # three nodes: every node holds each
     assert figures["upgrade_malformed"] == 0
     assert figures["uncollected"] == 0 and figures["leftover_unacked"] == 0
     assert figures["drain_complete"] is True
