@@ -130,8 +130,8 @@ class _Conn:
                 on_message(self.link, msg)
                 if self.closed:
                     return
-        except BusVersionError as exc:
-            self.bus._refuse(self, exc)
+        except BusVersionError as refusal:      # its own name: one type per variable compiled
+            self.bus._refuse(self, refusal)
             self.abort()
         except BusProtocolError as exc:
             what = ("authentication failed" if self.auth is not None or self.secrets
