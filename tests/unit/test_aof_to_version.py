@@ -9,10 +9,10 @@ import random
 
 from broker.config import Config
 from broker.job import job_to_fields
-from cluster.sim import SimDisk
 from protocol import aof_codec as codec
 from server.check_aof import main, to_version
-from server.inprocess import InProcessNode
+from server.sim.disk import SimDisk
+from server.sim.inprocess import InProcessNode
 
 
 def _records(data: bytes) -> list[tuple[int, list]]:
