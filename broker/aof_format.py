@@ -2,9 +2,9 @@
 
 Nothing here opens a file or reads a clock: the encoders return bytes, the
 ``Scanner`` and the ``Loader`` are fed bytes and told the time. server/aof.py
-writes the bytes to the disk and server/aof_load.py reads them back (the
-simulator's server/disk_aof.py writes them to a simulated disk);
-server/check_aof.py uses the same Scanner to check and repair a file.
+writes the bytes to the disk and server/aof_load.py reads them back (in the
+simulator too, on a simulated disk); server/check_aof.py uses the same Scanner
+to check and repair a file.
 
 The file layout and the record types are protocol/aof_codec.py's (the byte-level
 codec, shared with the job history's readers); this module encodes Job objects

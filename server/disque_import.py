@@ -33,7 +33,7 @@ from broker import aof_format as fmt
 from broker.job import FLAG_DELIVERED, HolderLists, Job
 from cluster.membership import Membership
 from protocol import disque_aof
-from server.aof_files import fsync_dir, unlink_quietly
+from server.aof_files import OSFiles
 
 DISQUE_BUS_OFFSET = 10000       # Disque's bus port: its port + 10000
 # Disque's nodes.conf flags a Disquette node keeps at start; the others
@@ -114,14 +114,9 @@ def convert(data: bytes, nodes: DisqueNodes | None = None) -> Imported:
     return Imported(jobs, fmt.file_header() + fmt.encode_jobs(jobs))
 
 
-def disque_aof_hint(path: str) -> str | None:
-    """For a file that is not a Disquette AOF: if it is a Disque one, what
-    to do with it (else None)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(16)
-    except OSError:
-        return None
+def disque_aof_hint(path: str, head: bytes) -> str | None:
+    """For a file that is not a Disquette AOF (``head``: its first bytes): if
+    it is a Disque one, what to do with it (else None)."""
     if not disque_aof.looks_like_disque_aof(head):
         return None
     return (f"{path} is a Disque AOF: import it with disquette-check-aof --import-disque "
@@ -141,6 +136,6 @@ def write_new(path: str, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        unlink_quietly(tmp)
+        OSFiles().unlink_quietly(tmp)
         raise
-    fsync_dir(path)
+    OSFiles.fsync_dir(path)

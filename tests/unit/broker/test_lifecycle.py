@@ -15,7 +15,7 @@ from broker.config import Config
 from broker.job import ACKED, ACTIVE, HELD, QUEUED, WAIT_REPL, job_to_fields
 from broker.node import Node
 from broker.records import REC_ACK, REC_DEL, REC_EXPIRED, REC_NACK, REC_RELEASED
-from server.inprocess import VirtualClock
+from server.sim.clock import VirtualClock
 
 PEER = "f" * 40
 

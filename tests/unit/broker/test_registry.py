@@ -11,7 +11,7 @@ from broker import lifecycle
 from broker.commands import COMMANDS
 from broker.config import Config
 from broker.node import Node
-from server.inprocess import VirtualClock
+from server.sim.clock import VirtualClock
 
 
 def new_node(clock: VirtualClock) -> Node:
