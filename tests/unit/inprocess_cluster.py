@@ -1,7 +1,6 @@
 """Whole in-process nodes (server/sim/inprocess.py) that know each other, on one
 virtual clock, their bus messages carried as real frames (protocol/bus.py):
-what the cluster sub-protocols' unit tests drive (test_replication.py,
-test_acks.py, test_requeue.py, test_federation.py, test_tombstones.py)."""
+what the cluster sub-protocols' unit tests drive (tests/unit/cluster/)."""
 
 from __future__ import annotations
 
@@ -9,14 +8,36 @@ import random
 
 from broker.config import Config
 from broker.job import random_node_id
-from cluster.membership import Membership
+from cluster.membership import ClusterNode, Membership
 from cluster.outputs import Link
-from protocol.bus import BUS_VERSION_MAX, BUS_VERSION_MIN, BusCodec, BusVersionError, FrameReader
+from protocol.bus import (
+    BUS_VERSION_MAX, BUS_VERSION_MIN, BusCodec, BusVersionError, FrameReader, encode_frame,
+)
 from server.sim.clock import VirtualClock
 from server.sim.inprocess import InProcessNode
-from tests.unit.test_cluster_batching import know_each_other
 
 NOW = 1_700_000_000_000
+
+
+def know_each_other(tables: list, now: int = NOW) -> None:
+    """Each Membership lists the others as reachable nodes with a link up (the
+    bench's in-process cluster uses it too: bench/bench_cluster_inproc.py)."""
+    for m in tables:
+        for other in tables:
+            if other is not m:
+                me = other.myself
+                cn = ClusterNode(me.id, me.ip, me.port, me.bus_port, 0, now)
+                cn.pong_received = now
+                cn.link = True
+                m.nodes[me.id] = cn
+
+
+def wire(msg):
+    """Through the real frame format, as the bus carries it."""
+    r = FrameReader()
+    r.feed(encode_frame(msg))
+    (got,) = list(r)
+    return got
 
 
 class Nodes:
