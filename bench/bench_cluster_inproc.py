@@ -46,7 +46,7 @@ from cluster.outputs import Link  # noqa: E402
 from protocol.bus import DEFAULT_MAX_FRAME_SIZE, FrameReader  # noqa: E402
 from server.sim.clock import VirtualClock
 from server.sim.inprocess import InProcessNode  # noqa: E402
-from tests.unit.test_cluster_batching import know_each_other  # noqa: E402
+from tests.unit.inprocess_cluster import know_each_other  # noqa: E402
 
 NOW = 1_700_000_000_000
 BODY = b"x" * 100

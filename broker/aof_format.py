@@ -27,7 +27,7 @@ from itertools import repeat
 
 from broker import lifecycle
 from broker.job import (
-    ACKED, ACTIVE, FLAG_DELIVERED, FLAG_DUMMY_ACK, JOB_ID_LEN, QUEUED, SHARDS, Job, holders_of,
+    ACKED, ACTIVE, FLAG_DELIVERED, FLAG_DUMMY_ACK, JOB_ID_LEN, QUEUED, SHARDS, Job,
     job_shard, job_to_fields,
 )
 from broker.job import FLAG_HELD, HELD
@@ -249,9 +249,10 @@ class Loader:
         if nodes is not None:
             if len(nodes) != n:
                 raise ValueError("column length mismatch")
+            holders = self.node.holders
             for j, nd in zip(jobs, nodes):
                 if nd:
-                    j.nodes_delivered = holders_of(nd)
+                    j.nodes_delivered = holders.of(nd)
         if len(cols) > field.IDEMPOTENCY_KEY:
             keys = cols[field.IDEMPOTENCY_KEY]
             if len(keys) != n:

@@ -30,7 +30,7 @@ import random
 from typing import NamedTuple
 
 from broker import aof_format as fmt
-from broker.job import FLAG_DELIVERED, Job, holders_of
+from broker.job import FLAG_DELIVERED, HolderLists, Job
 from cluster.membership import Membership
 from protocol import disque_aof
 from server.aof_files import OSFiles
@@ -80,8 +80,9 @@ def read_disque_nodes(text: str) -> DisqueNodes:
     return DisqueNodes(mine.id, frozenset(table.nodes), table.to_nodes_conf())
 
 
-def job_of(d: disque_aof.DisqueJob, known: frozenset | None) -> Job:
-    """The Job a Disque job is here (see the module's docstring)."""
+def job_of(d: disque_aof.DisqueJob, known: frozenset | None, shared: HolderLists) -> Job:
+    """The Job a Disque job is here (see the module's docstring); its holders
+    one of ``shared``'s lists."""
     job = Job(d.id, d.queue, d.body, d.state, d.repl, d.etime * 1000, d.ctime, d.delay,
               d.retry)
     if d.flags & disque_aof.FLAG_DELIVERED:
@@ -91,7 +92,7 @@ def job_of(d: disque_aof.DisqueJob, known: frozenset | None) -> Job:
     if known is not None:
         holders = [n for n in d.nodes_delivered if n in known]
         if holders:
-            job.nodes_delivered = holders_of(holders)
+            job.nodes_delivered = shared.of(holders)
     if d.delay:
         # ctime: ms * 1,000,000 + counter. A delay already over is in the
         # past: the loader then re-queues by RETRY, from its own now.
@@ -108,7 +109,8 @@ def convert(data: bytes, nodes: DisqueNodes | None = None) -> Imported:
     """A Disque AOF's bytes as a Disquette AOF's; DisqueAOFError (with the
     offset) if it is damaged or cut."""
     known = nodes.known if nodes is not None else None
-    jobs = [job_of(d, known) for d in disque_aof.live_jobs(data)]
+    shared = HolderLists()
+    jobs = [job_of(d, known, shared) for d in disque_aof.live_jobs(data)]
     return Imported(jobs, fmt.file_header() + fmt.encode_jobs(jobs))
 
 

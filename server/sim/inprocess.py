@@ -124,7 +124,7 @@ class InProcessNode:
         ClusterBus (server/bus.py) gets encoded frames."""
         self.config = config if config is not None else Config()
         self.clock = clock if clock is not None else VirtualClock()
-        self.sent: list = []            # bus messages, when no bus is given
+        self.sent: list = []            # the Send outputs, when no bus is given
         self.saved_nodes_conf = None
         bus = bus if bus is not None else self
         self.node, self.cluster, self.driver = compose_node(
@@ -140,7 +140,7 @@ class InProcessNode:
 
     # -- the bus, when the caller keeps what is sent ----------------------------
     def send_output(self, out) -> None:
-        self.sent.append((out.node_id, out.msg))
+        self.sent.append(out)
 
     def drop_link(self, node_id, forget) -> None: ...
 

@@ -33,7 +33,7 @@ from server.clock import STEP_MS, SteadyClock
 from server.sim.broker_node import broker_factory
 from server.sim.simulation import Simulation
 from server.sim.workload import Workload, clock_fault
-from tests.unit.test_bus_frames import read_all, sample
+from tests.unit.protocol.test_bus import read_all, sample
 
 TOTAL_SEEDS = int(os.environ.get("SIM_CLOCK_SEEDS", "100"))
 PER_CHUNK = 25              # seeds a test runs (each well inside pytest's timeout)

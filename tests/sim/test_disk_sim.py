@@ -25,7 +25,7 @@ from server.sim.broker_node import broker_factory
 from server.sim.disk import AOF, SimDisk
 from server.sim.simulation import Simulation
 from server.sim.workload import Workload
-from tests.unit.test_aof_format import pinned_jobs
+from tests.unit.broker.test_aof_format import pinned_jobs
 
 
 def one_node(policy=None, **directives):

@@ -26,7 +26,7 @@ from broker.aof_policy import AOFPolicy
 from broker.commands import COMMANDS
 from broker.config import AppendFsync, Config
 from broker.job import (
-    ACKED, ACTIVE, FLAG_DELIVERED, FLAG_HELD, HELD, Job, holders_of, job_to_fields, make_job_id,
+    ACKED, ACTIVE, FLAG_DELIVERED, FLAG_HELD, HELD, HolderLists, Job, job_to_fields, make_job_id,
 )
 from broker.node import Node
 from server import aof as aof_mod
@@ -160,7 +160,7 @@ def test_roundtrip_keeps_every_field(made, monkeypatch, layout):
     big = run(node, c, "ADDJOB", "qc", b"x" * 100_000, 0).encode()
     run(node, c, "GETJOB", "FROM", "qa")            # a delivered
     run(node, c, "NACK", a)                         # nacks 1, queued again
-    node.get_job(big).nodes_delivered = holders_of(("f" * 40, node.myself_id))
+    node.get_job(big).nodes_delivered = node.holders.of(("f" * 40, node.myself_id))
     before = {j.id: j for j in node.iter_jobs()}
     # Counters changed after creation (NACK) reach the file through a rewrite.
     image = b"".join(fmt_snapshot(node))
@@ -322,7 +322,7 @@ def test_acked_job_with_other_holders_stays_acked(made):
     node, clock, aof, c = made
     jid = run(node, c, "ADDJOB", "q", "b", 0).encode()
     job = node.get_job(jid)
-    job.nodes_delivered = holders_of((node.myself_id, "a" * 40))
+    job.nodes_delivered = node.holders.of((node.myself_id, "a" * 40))
     aof.append([job])
     lifecycle.ack(node, job, clock.now)     # the cluster keeps it until every holder confirmed
     flush(node)
@@ -699,7 +699,7 @@ def test_job_records_keep_their_bytes(n, kind, digest):
     those), a row being the job's record as the bus carries it, and the
     requeue time loads back."""
     jobs = pinned_jobs(n)
-    jobs[0].nodes_delivered = holders_of(("f" * 40, "e" * 40))
+    jobs[0].nodes_delivered = HolderLists().of(("f" * 40, "e" * 40))
     data = fmt.encode_jobs(jobs)
     assert data[fmt.REC_HEADER_SIZE] == kind
     assert hashlib.sha256(data).hexdigest() == digest
@@ -806,7 +806,7 @@ def test_an_older_file_gets_the_version_3_header_and_both_layouts_load(tmp_path,
     attach(node, aof)
     c = node.new_client()
     new = [run(node, c, "ADDJOB", "new", "n%d" % i, 0, "RETRY", 5).encode() for i in range(3)]
-    node.get_job(new[0]).nodes_delivered = holders_of(("f" * 40, node.myself_id))
+    node.get_job(new[0]).nodes_delivered = node.holders.of(("f" * 40, node.myself_id))
     added = fmt.encode_jobs([node.get_job(jid) for jid in new] * 6)     # a C record
     aof.shutdown("default")
     attach(node, None)
