@@ -171,6 +171,7 @@ LIBS_ARGS ?=
 bench: deps test-venv $(VENV)/.bench-installed
 	$(PY) bench/bench_single.py $(BENCH_ARGS)
 	$(PY) bench/bench_cluster.py $(BENCH_ARGS)
+	$(PY) bench/bench_cycle.py $(BENCH_ARGS)
 	$(PY) bench/bench_sdk.py $(BENCH_ARGS)
 	$(PY) bench/bench_libraries.py $(LIBS_ARGS)
 	$(PY) bench/bench_http.py $(BENCH_ARGS)

@@ -209,12 +209,13 @@ def start_disque(*directives: str, port: int | None = None) -> Server:
     return Server("disque", argv, port, d)
 
 
-def start_redis(port: int | None = None) -> Server:
-    """Debian's redis-server, no persistence, as the reference."""
+def start_redis(*directives: str, port: int | None = None) -> Server:
+    """Debian's redis-server, no persistence (unless ``directives`` say
+    otherwise: they come last), as the reference."""
     port = port or free_port()
     d = temp_dir("redis-bench-")
     argv = ["redis-server", "--port", str(port), "--bind", HOST, "--save", "",
-            "--appendonly", "no", "--dir", d]
+            "--appendonly", "no", "--dir", d, *directives]
     return Server("redis", argv, port, d)
 
 

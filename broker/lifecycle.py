@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from broker import draws
 from broker.job import (
     ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_DUMMY_ACK, FLAG_KEY_ANSWERED,
     FLAG_QUEUED_ONCE, JOB_OVERHEAD, QUEUED, WAIT_REPL, Job, job_from_fields,
@@ -435,7 +436,7 @@ def gc_backoff(node: Registry, job: Job, now: int) -> None:
     min, with jitter)."""
     backoff = min(GC_FIRST_MS << min(job.gc_retry, 20), GC_MAX_MS)
     job.gc_retry += 1
-    job.gc_time = now + backoff + node.rng.randint(0, backoff // 4)
+    job.gc_time = now + backoff + draws.randint(node.rng, 0, backoff // 4)
     if node.is_registered(job):
         schedule(node, job)
 

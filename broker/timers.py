@@ -8,7 +8,8 @@ plain list of at most CHUNK jobs (8 bytes an entry, which matters with millions
 of jobs) and the count of those still live; ``job.timer`` is the chunk holding
 the job and ``job.timer_slot`` its index there, always below 257.
 
-Every operation is O(1) plus a heap push for a new bucket (O(log buckets)):
+Every operation is O(1) plus a heap push for a new bucket (O(log buckets);
+a bucket gone leaves its key in the heap until it reaches the top):
 
 - ``add`` appends the job to its bucket's last chunk; the slot it had
   elsewhere is set to None;
@@ -52,6 +53,7 @@ COMPACT_BUDGET: Final = 5_000      # entries looked at per compact() call (well 
 FAR_MS: Final = 60_000             # times further ahead go to a coarse bucket...
 COARSE_MS: Final = 1000            # ...on this grid, FAR_MS / 2 early
 POP_BUDGET: Final = 10_000         # jobs pop_due returns per call, about (whole chunks)
+STALE_KEYS_SLACK: Final = 256      # keys of buckets gone tolerated in the heap
 
 
 def _bucket(when: i64, now: i64) -> i64:
@@ -129,13 +131,24 @@ class TimerWheel:
         if len(chunks) > 1:
             chunks.remove(chunk)    # a scan of the bucket's chunks, once per chunk
         else:
-            # A bucket's last chunk: the bucket goes, its key out of the heap
-            # (a few thousand keys at most: one per 10 ms for a minute ahead,
-            # one per second beyond).
+            # A bucket's last chunk: the bucket goes. Its key stays in the heap
+            # (taking it out was a scan and a heapify of every key, on each
+            # ack of a replicated job: its GC timer had a bucket of its own).
             del self.buckets[chunk.key]
             self._last_chunks = None
-            heap = self.heap
-            heap.remove(chunk.key)
+            self._drop_stale_keys()
+
+    def _drop_stale_keys(self) -> None:
+        """Keep the heap's head a live bucket (next_time and pop_due read it):
+        the keys of buckets gone are popped as they reach it, and the heap is
+        rebuilt when they outnumber the live ones (a key may be there twice:
+        gone, then made again)."""
+        heap = self.heap
+        buckets = self.buckets
+        while heap and heap[0] not in buckets:
+            heappop(heap)
+        if len(heap) > 2 * len(buckets) + STALE_KEYS_SLACK:
+            heap[:] = list(buckets)
             heapify(heap)
 
     def add_many(self, jobs: list, when: int) -> None:
@@ -188,6 +201,7 @@ class TimerWheel:
             if n == len(chunks):
                 del buckets[heappop(heap)]
                 self._last_chunks = None
+                self._drop_stale_keys()
             else:
                 del chunks[:n]
         self.entries -= slots
@@ -197,7 +211,12 @@ class TimerWheel:
     def next_time(self) -> int | None:
         """When the earliest bucket is due (ms), or None."""
         heap = self.heap
-        return heap[0] * RESOLUTION_MS if heap else None
+        if not heap:
+            return None
+        # As an i64 (compiled): an int this large would take mypyc's slow
+        # multiply (boxed operands) on every input (the driver asks after each).
+        first: i64 = heap[0]
+        return first * RESOLUTION_MS
 
     def needs_compaction(self) -> bool:
         """A sweep is under way, or stale slots outnumber the live ones."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from broker import lifecycle
+from broker import draws, lifecycle
 from broker.client import Client
 from broker.job import (
     ACKED, FLAG_HELD, HELD, QUEUED, WAIT_REPL, Holders, Job, job_to_fields,
@@ -182,7 +182,7 @@ class Replication(SubProtocol):
         peers = self.m.reachable_sorted()
         wanted = job.repl if external else job.repl - 1
         # Every reachable peer (REPLICATE 3 on 3 nodes): no choice to make.
-        chosen = peers if wanted == len(peers) else broker.rng.sample(peers, wanted)
+        chosen = peers if wanted == len(peers) else draws.sample(broker.rng, peers, wanted)
         holders = broker.holders
         if external:
             job.nodes_delivered = holders.of(chosen)
@@ -214,7 +214,7 @@ class Replication(SubProtocol):
         del self.pending[job.id]
         if p.external and not job.flags & FLAG_HELD:   # (ext) held: queued at release
             # Have one holder queue it; we keep nothing.
-            target = broker.rng.choice(_nodes(job.nodes_confirmed))     # sorted
+            target = draws.choice(broker.rng, _nodes(job.nodes_confirmed))     # sorted
             self.outbox.send(target, B.ENQUEUE, job.id)
         elif not p.is_async:
             lifecycle.activate(broker, job, now)
@@ -323,7 +323,7 @@ class Replication(SubProtocol):
                 spare = sorted(set(self.m.reachable_ids()) - set(delivered))
                 if spare:
                     delivered = job.nodes_delivered = broker.holders.with_holder(
-                        delivered, broker.rng.choice(spare))
+                        delivered, draws.choice(broker.rng, spare))
                 confirmed = _nodes(job.nodes_confirmed)
                 missing = [n for n in delivered if n not in confirmed]
                 outbox.send_many(missing, B.REPLJOB, wire_fields(job, now))

@@ -73,6 +73,18 @@ class AppendOnlyFile:
         self.last_fsync = self._now_ms()
         self.fsync_future = None
         self.delayed_fsync = 0
+        # appendfsync always, group commit: the bytes written since the file was
+        # opened (a rewritten file swapped in included), how many of them the
+        # last fsync done covers, and how many this turn's replies wait for;
+        # one fsync at a time runs in the background, and the next covers every
+        # write made meanwhile. ``on_synced()``: the output driver's, called
+        # when ``synced`` moves.
+        self.written = 0
+        self.synced = 0
+        self.sync_wanted = 0
+        self.sync_future = None
+        self.file_epoch = 0             # a new file: an fsync of the old one covers nothing
+        self.on_synced = None
         # fsync latency (GET /metrics, INFO): count, total ns, and a histogram
         # by bit length of the duration in ns (as the commands' in broker/node.py).
         self.fsyncs = 0
@@ -125,13 +137,14 @@ class AppendOnlyFile:
             self._write(b"")
         if self.fd is not None and self.unsynced:
             rewriting = self.rewrite is not None
-            if fsync or self.policy.fsync_before_replies(rewriting):
-                started = self._latency_start()
+            if fsync:
                 self._fsync_now()
-                if not fsync:
-                    self._latency_end("aof-fsync-always", started)
+            elif self.policy.fsync_before_replies(rewriting):
+                self._group_fsync()
             else:
                 self._fsync_if_due(rewriting)
+        elif fsync and self.sync_wanted > self.synced:
+            self._fsync_now()       # what a background fsync under way covers, now
         if (self.rewrite is None and self.state == "on"
                 and self.policy.rewrite_due(self.current_size, self.base_size)):
             log.info("Starting automatic rewriting of AOF on %d%% growth",
@@ -171,6 +184,7 @@ class AppendOnlyFile:
             return
         self._latency_end("aof-write", started)
         self.current_size += done
+        self.written += done
         self.unsynced = True
         if self.policy.write_succeeded(self.node):
             log.warning("AOF write error looks solved, Disquette can write again.")
@@ -223,6 +237,62 @@ class AppendOnlyFile:
             return
         self.unsynced = False
         self.last_fsync = self._now_ms()
+        self._synced_up_to(self.written)
+
+    def _group_fsync(self) -> None:
+        """appendfsync always: this turn's replies wait for an fsync covering
+        what it wrote. One runs in the background at a time (the event loop
+        goes on reading and writing meanwhile), the next one as soon as it is
+        done, covering every write made meanwhile: one fsync per batch of
+        turns, never one per job."""
+        self.unsynced = False
+        self.sync_wanted = self.written
+        if self.sync_future is None:
+            self._start_group_fsync()
+
+    def _start_group_fsync(self) -> None:
+        target, epoch = self.written, self.file_epoch
+        started = self._latency_start()
+        future = self.sync_future = self.bio.submit(self._timed_fdatasync, self.fd,
+                                                    self.current_size)
+        if future.done():               # the simulator's disk: at once
+            self._group_fsync_done(future, target, epoch, started)
+        else:
+            loop = self.loop
+            future.add_done_callback(lambda f: loop.call_soon_threadsafe(
+                self._group_fsync_done, f, target, epoch, started))
+
+    def _group_fsync_done(self, future, target: int, epoch: int, started: int) -> None:
+        """LATENCY's aof-fsync-always: how long this fsync's replies waited."""
+        self.sync_future = None
+        self._latency_end("aof-fsync-always", started)
+        exc = future.exception()
+        if exc is not None:
+            log.warning("Can't fsync the append-only file: %s", getattr(exc, "strerror", exc))
+            if self.policy.errors_are_fatal():
+                self._fatal()
+                return
+        elif epoch == self.file_epoch:
+            self.last_fsync = self._now_ms()
+            self._synced_up_to(target)
+        if self.sync_wanted > self.synced and self.fd is not None:
+            self._start_group_fsync()
+
+    def _synced_up_to(self, written: int) -> None:
+        if written > self.synced:
+            self.synced = written
+            if self.on_synced is not None:
+                self.on_synced()
+
+    def wait_fsync(self) -> None:
+        """Until the background fsync under way (always) is done: before the
+        event loop closes or replaces the file itself."""
+        future = self.sync_future
+        if future is not None:
+            try:
+                future.result()
+            except OSError:
+                pass                    # (its callback reports it)
 
     def _fsync_if_due(self, rewriting: bool) -> None:
         """everysec: an fsync in the background thread once the policy says
@@ -371,6 +441,8 @@ class AppendOnlyFile:
         self.outbuf = b""       # those records were captured by the rewrite
         self.current_size = self.base_size = rw.size
         self.unsynced = False
+        self.file_epoch += 1
+        self._synced_up_to(self.written)    # all of it in the new file
         self.last_bgrewrite_status = "ok"
         self.last_rewrite_time = int(self.clock.monotonic() - rw.started)
         was = self.state
@@ -393,11 +465,14 @@ class AppendOnlyFile:
             self.rewrite.abort()
         self.flush()
         size = rewrite_file(self.files, self.node, self.path, self.policy.live_jobs)
+        self.wait_fsync()
         if self.fd is not None:
             self.files.close(self.fd)
         self._open_append()
         self.outbuf = b""
         self.unsynced = False
+        self.file_epoch += 1
+        self._synced_up_to(self.written)    # rewrite_file fsynced the new file
         self.last_time_mark = -1        # the new file's first write gets a time mark
         self.state = "on"
         self.last_rewrite_time = 0
@@ -477,6 +552,7 @@ class AppendOnlyFile:
             log.warning("DEBUG LOADAOF: %s", msg)
             raise CommandError(f"ERR Error loading the append only file: {msg}") from None
         if torn is not None:    # truncated: reopen at the new end
+            self.wait_fsync()
             self.files.close(self.fd)
             self._open_append()
         aof_load.reset_enqueue_once(self.config, self.node.host)

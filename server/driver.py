@@ -68,6 +68,9 @@ class OutputDriver:
         self.save_nodes_conf = save_nodes_conf
         self.on_event = on_event
         self.held: list[tuple[Any, Any]] = []       # (conn, data) replies waiting for records
+        # appendfsync always: what flushes left waiting for the AOF's fsync, in
+        # order: (the AOF's written count it waits for, replies, bus outputs).
+        self.waiting: list[tuple[int, list, Any]] = []
         self.flush_requested = False
         self.timer_at: int | None = None
         if aof is not None:
@@ -78,8 +81,11 @@ class OutputDriver:
         """Attach (or, with None, detach) the AOF writer: records are produced
         while one is attached."""
         if aof is None and self.aof is not None:
-            self.flush()
+            self.flush(sync=True)
+            self.aof.on_synced = None
         self.aof = aof
+        if aof is not None:
+            aof.on_synced = self.synced
         self.node.persist = aof is not None
         self.node.persist_history = aof is not None and self.node.config.aof_history
         if aof is None:
@@ -90,7 +96,8 @@ class OutputDriver:
     def write_reply(self, conn: Any, data: Any) -> None:
         """An encoded reply for ``conn`` (``conn.write_now(data)`` sends it):
         now, or after this turn's records are written."""
-        if self.aof is not None and (self.held or self.node.records or self.aof.pending):
+        if self.aof is not None and (self.held or self.waiting or self.node.records
+                                     or self.aof.pending):
             self.held.append((conn, data))
             self._request_flush()
         else:
@@ -153,16 +160,24 @@ class OutputDriver:
             self.wake()
 
     # --------------------------------------------------------------------- flush
-    def flush(self) -> None:
+    def flush(self, sync: bool = False) -> None:
         """Records first (written, fsynced per policy), then the replies held
-        for them, then the bus messages."""
+        for them, then the bus messages. Under ``appendfsync always`` the
+        replies and bus messages wait for the fsync that covers the records
+        (``synced``), made in the background while the node goes on (group
+        commit); ``sync``: fsync now, in this thread, and let everything go."""
         self.flush_requested = False
         node = self.node
         aof = self.aof
         if aof is not None:
             if node.records:
                 aof.append(node.take_records())
-            aof.flush()
+            aof.flush(sync)
+            if aof.sync_wanted > aof.synced:
+                self._wait_for_fsync(aof.sync_wanted)
+                return
+            if self.waiting:
+                self.synced()
         held = self.held
         if held:
             self.held = []
@@ -172,6 +187,27 @@ class OutputDriver:
             self.deliver_outbox()
         if self.outbox.has_output:
             self.send_cluster_outputs(self.outbox.drain())
+
+    def _wait_for_fsync(self, written: int) -> None:
+        held, self.held = self.held, []
+        outputs = self.outbox.drain() if self.outbox.has_output else None
+        self.waiting.append((written, held, outputs))
+        if self.node.outbox:    # their replies wait behind these (write_reply)
+            self.deliver_outbox()
+
+    def synced(self) -> None:
+        """The AOF's fsync moved on (its ``on_synced``): what waited for it
+        leaves, in order."""
+        aof = self.aof
+        waiting = self.waiting
+        while waiting and (aof is None or waiting[0][0] <= aof.synced):
+            _, held, outputs = waiting.pop(0)
+            for conn, data in held:
+                conn.write_now(data)
+            if outputs:
+                self.send_cluster_outputs(outputs)
+        # (Replies held meanwhile wait behind these: write_reply asked for the
+        # flush that takes them.)
 
     def send_cluster_outputs(self, outputs: list) -> None:
         if not self.encode:

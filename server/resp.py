@@ -310,8 +310,9 @@ class ClientConnection:
 
     def close(self) -> None:
         if not self.closed:
-            if self.driver.held:    # persistence: held replies go out first
-                self.driver.flush()
+            driver = self.driver
+            if driver.held or driver.waiting:   # persistence: held replies go out first
+                driver.flush(True)
             self.closed = True
             self.transport.close()
             self.node.client_closed(self.client)

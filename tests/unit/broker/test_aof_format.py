@@ -667,6 +667,7 @@ def test_the_file_writer_decides_by_its_policy_object(tmp_path, monkeypatch):
     aof = file_writer(node)
     assert type(aof.policy) is AOFPolicy
     run(node, c, "ADDJOB", "q", "x", 0)
+    aof.wait_fsync()            # (group commit: in the background)
     assert aof.fsyncs == 1 and not aof.unsynced
     aof.policy = AlwaysButNoFsync(node.config)
     run(node, c, "ADDJOB", "q", "x", 0)

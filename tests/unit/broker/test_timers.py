@@ -9,7 +9,9 @@ import random
 import sys
 
 from broker.job import ACTIVE, Job
-from broker.timers import CHUNK, FAR_MS, POP_BUDGET, RESOLUTION_MS, TimerWheel
+from broker.timers import (
+    CHUNK, FAR_MS, POP_BUDGET, RESOLUTION_MS, STALE_KEYS_SLACK, TimerWheel,
+)
 
 
 def J(name) -> Job:
@@ -81,6 +83,28 @@ def test_nothing_stays_once_every_job_left():
     for j in reversed(jobs):
         wheel.cancel(j)
     assert (wheel.buckets, wheel.heap, wheel.entries, wheel.stale) == ({}, [], 0, 0)
+
+
+def test_buckets_made_and_gone_leave_the_earliest_live_one_first_and_few_keys():
+    # As a replicated job's ack GC: a bucket of its own, gone a moment later.
+    rng = random.Random(3)
+    wheel = TimerWheel()
+    live: dict = {}                 # job -> its time
+    jobs = [J(i) for i in range(400)]
+    for _ in range(20_000):
+        j = rng.choice(jobs)
+        if j in live and rng.random() < 0.7:
+            wheel.cancel(j)
+            del live[j]
+        else:
+            live[j] = rng.randrange(1, 5000) * RESOLUTION_MS
+            wheel.add(j, live[j])
+        first = min(live.values(), default=None)
+        assert wheel.next_time() == first
+        assert len(wheel.heap) <= 2 * len(wheel.buckets) + STALE_KEYS_SLACK
+    for j in list(live):
+        wheel.cancel(j)
+    assert (wheel.buckets, wheel.heap) == ({}, [])
 
 
 def test_compaction_keeps_each_jobs_slot_right():
