@@ -71,8 +71,9 @@ venv: $(VENV)/.installed
 # setup.py compiles the extensions in place (Cython: the .pyx; mypyc: the
 # modules whose first line is "# compiled: mypyc...", typed against the modules
 # they import): a changed one rebuilds them. (A module unmarked keeps its
-# built .so, which still shadows it: `make clean venv`.)
-EXT_SOURCES := setup.py $(wildcard protocol/*.pyx protocol/*.pxd) $(shell awk \
+# built .so, which still shadows it: `make clean venv`.) The compiled modules
+# take the job record's constants (disquette/job_record.py) as literals.
+EXT_SOURCES := setup.py disquette/job_record.py $(wildcard protocol/*.pyx protocol/*.pxd) $(shell awk \
   'FNR == 1 { if (index($$0, "# compiled: mypyc") == 1) print FILENAME; nextfile }' \
   $(wildcard protocol/*.py broker/*.py broker/commands/*.py cluster/*.py server/*.py server/http/*.py))
 
