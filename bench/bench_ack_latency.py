@@ -1,6 +1,6 @@
 """The longest ACKJOB with a million live jobs: no command pays for the timers.
 
-In process (server/inprocess.py: the real Node and command table, no socket, so
+In process (server/sim/inprocess.py: the real Node and command table, no socket, so
 what is measured is the core alone): load N jobs (default 1,000,000) with
 RETRY, deliver and ACK most of them one command at a time while the timers run
 as in the process (a tick every 10 ms of virtual time: stale timer entries are
@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from broker import lifecycle  # noqa: E402
 from broker.timers import TimerWheel  # noqa: E402
-from server.inprocess import InProcessNode  # noqa: E402
+from server.sim.inprocess import InProcessNode  # noqa: E402
 
 
 def main(argv=None) -> int:

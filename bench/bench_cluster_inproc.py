@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """CPU per replicated ADDJOB in process (issue 24's cluster rows): three whole
-nodes (server/inprocess.py) joined by a bus that carries real frames
+nodes (server/sim/inprocess.py) joined by a bus that carries real frames
 (protocol/bus.py encode_frame -> FrameReader) instead of sockets, so the cost
 measured is the per-job path of the cluster without the kernel and the event
 loop: the client's ADDJOB REPLICATE 3, the REPLJOB frames, their decode and
@@ -44,8 +44,9 @@ from broker.job import random_node_id  # noqa: E402
 from cluster.membership import Membership  # noqa: E402
 from cluster.outputs import Link  # noqa: E402
 from protocol.bus import DEFAULT_MAX_FRAME_SIZE, FrameReader  # noqa: E402
-from server.inprocess import InProcessNode, VirtualClock  # noqa: E402
-from tests.unit.test_cluster_batching import know_each_other  # noqa: E402
+from server.sim.clock import VirtualClock
+from server.sim.inprocess import InProcessNode  # noqa: E402
+from tests.unit.inprocess_cluster import know_each_other  # noqa: E402
 
 NOW = 1_700_000_000_000
 BODY = b"x" * 100

@@ -52,8 +52,7 @@ from Cython.Build import cythonize
 modules = sorted(
     set(glob("protocol/*.py") + glob("broker/*.py") + glob("broker/commands/*.py")
         + glob("cluster/*.py") + ["server/resp.py", "server/driver.py", "server/bus.py"])
-    - set(glob("*/__init__.py") + glob("*/*/__init__.py") + glob("*/__main__.py")
-          + ["cluster/sim.py"]))
+    - set(glob("*/__init__.py") + glob("*/*/__init__.py") + glob("*/__main__.py")))
 setup(ext_modules=cythonize(modules, quiet=True, language_level=3,
       compiler_directives={"annotation_typing": False, "binding": True}))
 '''

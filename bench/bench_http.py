@@ -47,7 +47,7 @@ from common import (  # noqa: E402
 )
 
 sys.path.insert(0, str(REPO_ROOT))      # the checkout's packages, not an installed copy
-from server.inprocess import InProcessNode  # noqa: E402
+from server.sim.inprocess import InProcessNode  # noqa: E402
 
 BODY = body(100)
 ROWS = ["single", "batch", "resp-under-http", "hook", "ceiling"]

@@ -5,7 +5,7 @@ queued job" row (bench/bench_single.py's rss and ceiling-rss).
     .venv/bin/python bench/job_bytes.py [-n 200000]
     DISQUETTE_NO_EXTENSIONS=1 .venv/bin/python bench/job_bytes.py   # the pure build
 
-A whole node in this process (server/inprocess.py, the build that is loaded)
+A whole node in this process (server/sim/inprocess.py, the build that is loaded)
 takes n ADDJOBs with 100-byte bodies, each body a bytes object of its own as
 read from a socket; then every structure that holds them is sized with
 ``sys.getsizeof``, objects of up to 512 bytes rounded up to pymalloc's 16-byte
@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from broker.commands.server import COMPILED_CORE  # noqa: E402
-from server.inprocess import InProcessNode  # noqa: E402
+from server.sim.inprocess import InProcessNode  # noqa: E402
 
 BODY = b"x" * 100
 

@@ -2,9 +2,9 @@
 
 Nothing here opens a file or reads a clock: the encoders return bytes, the
 ``Scanner`` and the ``Loader`` are fed bytes and told the time. server/aof.py
-writes the bytes to the disk and server/aof_load.py reads them back (the
-simulator's server/disk_aof.py writes them to a simulated disk);
-server/check_aof.py uses the same Scanner to check and repair a file.
+writes the bytes to the disk and server/aof_load.py reads them back (in the
+simulator too, on a simulated disk); server/check_aof.py uses the same Scanner
+to check and repair a file.
 
 The file layout and the record types are disquette/aof_codec.py's (the byte-level
 codec, shared with the job history's readers); this module encodes Job objects
@@ -27,7 +27,7 @@ from itertools import repeat
 
 from broker import lifecycle
 from broker.job import (
-    ACKED, ACTIVE, FLAG_DELIVERED, FLAG_DUMMY_ACK, JOB_ID_LEN, QUEUED, SHARDS, Job, holders_of,
+    ACKED, ACTIVE, FLAG_DELIVERED, FLAG_DUMMY_ACK, JOB_ID_LEN, QUEUED, SHARDS, Job,
     job_shard, job_to_fields,
 )
 from broker.job import FLAG_HELD, HELD
@@ -249,9 +249,10 @@ class Loader:
         if nodes is not None:
             if len(nodes) != n:
                 raise ValueError("column length mismatch")
+            holders = self.node.holders
             for j, nd in zip(jobs, nodes):
                 if nd:
-                    j.nodes_delivered = holders_of(nd)
+                    j.nodes_delivered = holders.of(nd)
         if len(cols) > field.IDEMPOTENCY_KEY:
             keys = cols[field.IDEMPOTENCY_KEY]
             if len(keys) != n:

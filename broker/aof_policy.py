@@ -2,15 +2,16 @@
 rewrite keeps, what a failed write does (SPEC section 7; redis.conf's
 ``appendfsync``, ``no-appendfsync-on-rewrite``, ``auto-aof-rewrite-*``).
 
-Written once for both writers: the file writer (server/aof.py) and the
-simulator's writer over a simulated disk (server/disk_aof.py) ask the same
-object, so every simulated seed tests the decisions production makes. It reads
+The writer (server/aof.py) asks this object, in the process and in the
+simulator (where it writes to a simulated disk: server/sim/), so every
+simulated seed tests the decisions production makes. It reads
 the Config at each decision (a CONFIG SET applies at once) and is told the time
 (ms) and the file sizes: it never reads a clock or touches a file.
 """
 
 from __future__ import annotations
 
+from broker.directives import AppendFsync
 from broker.job import ACKED
 
 EVERYSEC_MS = 1000      # appendfsync everysec: at most this long between fsyncs
@@ -29,13 +30,15 @@ class AOFPolicy:
     def fsync_before_replies(self, rewriting: bool) -> bool:
         """appendfsync always: what a turn wrote is fsynced before any reply or
         bus message of that turn leaves, so nothing acknowledged is lost."""
-        return self.config.appendfsync == "always" and not self.fsync_paused(rewriting)
+        return (self.config.appendfsync is AppendFsync.ALWAYS
+                and not self.fsync_paused(rewriting))
 
     def fsync_due(self, now: int, last_fsync: int, rewriting: bool) -> bool:
         """appendfsync everysec: fsync once a second has passed since the last
         one (a crash loses at most the last second). ``no``: never (the OS
         writes back when it likes)."""
-        return (self.config.appendfsync == "everysec" and now - last_fsync >= EVERYSEC_MS
+        return (self.config.appendfsync is AppendFsync.EVERYSEC
+                and now - last_fsync >= EVERYSEC_MS
                 and not self.fsync_paused(rewriting))
 
     # ----------------------------------------------------------- write errors
@@ -49,7 +52,7 @@ class AOFPolicy:
 
     def errors_are_fatal(self) -> bool:
         """Whether a failed write or fsync stops the process (``always``)."""
-        return self.config.appendfsync == "always"
+        return self.config.appendfsync is AppendFsync.ALWAYS
 
     @staticmethod
     def write_succeeded(node) -> bool:

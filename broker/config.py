@@ -36,11 +36,12 @@ from broker.config_file import (
 )
 from broker.config_file import rewrite as rewrite_text
 from broker.config_kinds import OutputBufferLimit, Seed, format_memory, parse_memory
-from broker.directives import DEFAULT_PIDFILE, DIRECTIVES, Directive, Directives
+from broker.directives import DEFAULT_PIDFILE, DIRECTIVES, AppendFsync, Directive, Directives
 from broker.glob import stringmatch
 
 # What other modules import from here; most live in the modules named above.
 __all__ = [
+    "AppendFsync",
     "Config",
     "ConfigError",
     "Directive",

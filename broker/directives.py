@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import MISSING, dataclass, field, fields
+from enum import StrEnum
 from functools import partial
 from typing import Any, Callable
 
@@ -32,7 +33,8 @@ from broker.config_kinds import (
     String,
 )
 
-__all__ = ["Directive", "Directives", "DIRECTIVES", "DEFAULT_PIDFILE", "directive"]
+__all__ = ["AppendFsync", "Directive", "Directives", "DIRECTIVES", "DEFAULT_PIDFILE",
+           "directive"]
 
 # Written by the server when `daemonize yes` and no pidfile is configured (the
 # Redis >= 3.2 rule: otherwise a pid file is written only when one is set).
@@ -112,6 +114,33 @@ def _tls_ciphersuites(s: str) -> str | None:
                 "TLSv1.3 cipher suites): leave it empty, or limit tls-protocols to "
                 "TLSv1.2 and use tls-ciphers")
     return None
+
+
+# --------------------------------------------------------------------------
+# Values that are one of a few words, typed.
+
+
+class AppendFsync(StrEnum):
+    """appendfsync: when the AOF is fsynced. Compared as members; each is its
+    word (CONFIG GET, INFO and CONFIG REWRITE show it as written)."""
+
+    ALWAYS = "always"
+    EVERYSEC = "everysec"
+    NO = "no"
+
+
+@dataclass(frozen=True)
+class Members(Enum):
+    """An Enum whose words are the members of ``members`` (a StrEnum), and
+    whose value is the member."""
+
+    members: type[StrEnum] = StrEnum
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "choices", tuple(m.value for m in self.members))
+
+    def parse(self, text: str, current: Any) -> StrEnum:
+        return self.members(super().parse(text, current))
 
 
 _PORT = Integer(0, 65535, message="Invalid port")
@@ -256,10 +285,9 @@ class Directives:
     appendfilename: str = directive(
         String(check=_basename_only), "disque.aof", runtime=False,
         doc="AOF file name, inside dir.")
-    appendfsync: str = directive(
-        Enum(("always", "everysec", "no"),
-             message="argument must be 'no', 'always' or 'everysec'"),
-        "everysec", runtime=True,
+    appendfsync: AppendFsync = directive(
+        Members(message="argument must be 'no', 'always' or 'everysec'", members=AppendFsync),
+        AppendFsync.EVERYSEC, runtime=True,
         doc="When the AOF is fsync'ed.")
     no_appendfsync_on_rewrite: bool = directive(
         Bool(), False, runtime=True,

@@ -16,7 +16,6 @@ from binascii import b2a_base64
 
 from mypy_extensions import i16, i32, mypyc_attr, u8
 
-from broker.timers import Chunk
 from disquette import job_record as field
 
 # Job states, in SPEC order. The index is what SHOW and JSCAN print.
@@ -179,33 +178,39 @@ def node_prefix_of(jid: bytes) -> bytes:
 # walk (a set is always tracked; a tuple of str is dropped after one pass).
 Holders = tuple[str, ...]
 
-# The shared tuples, by the ids as given (sorted or not); bounded, as what is
-# in it comes from peers too. (Final: a C static in the compiled build.)
-_HOLDERS: Final[dict[tuple, tuple]] = {}
-_HOLDERS_MAX: Final = 4096
+HOLDERS_MAX: Final = 4096     # the holder lists one HolderLists keeps
 
 
-def holders_of(ids: Iterable[str]) -> Holders:
-    """The shared sorted tuple of these node ids, duplicates dropped."""
-    key = tuple(ids)
-    found = _HOLDERS.get(key)
-    if found is not None:
-        return found
-    holders = tuple(sorted(set(key)))
-    if len(_HOLDERS) >= _HOLDERS_MAX:
-        _HOLDERS.clear()
-    _HOLDERS[key] = holders
-    return holders
+class HolderLists:
+    """The shared holder tuples of one node's jobs (the Registry's ``holders``),
+    by the ids as given (sorted or not); bounded, as what is in it comes from
+    peers too."""
 
+    __slots__ = ("_shared",)
 
-def with_holder(holders: Holders | None, node_id: str) -> Holders:
-    """``holders`` with ``node_id`` among them (the same tuple if it is)."""
-    if holders is None:
-        return holders_of((node_id,))
-    for h in holders:       # a few; the bus hands one str per node id (identity)
-        if h is node_id or h == node_id:
-            return holders
-    return holders_of(holders + (node_id,))
+    def __init__(self) -> None:
+        self._shared: dict[tuple, tuple] = {}
+
+    def of(self, ids: Iterable[str]) -> Holders:
+        """The shared sorted tuple of these node ids, duplicates dropped."""
+        key = tuple(ids)
+        found = self._shared.get(key)
+        if found is not None:
+            return found
+        holders = tuple(sorted(set(key)))
+        if len(self._shared) >= HOLDERS_MAX:
+            self._shared.clear()
+        self._shared[key] = holders
+        return holders
+
+    def with_holder(self, holders: Holders | None, node_id: str) -> Holders:
+        """``holders`` with ``node_id`` among them (the same tuple if it is)."""
+        if holders is None:
+            return self.of((node_id,))
+        for h in holders:       # a few; the bus hands one str per node id (identity)
+            if h is node_id or h == node_id:
+                return holders
+        return self.of(holders + (node_id,))
 
 
 # A node may hold millions of jobs, so their layout is about bytes. Compiled
@@ -230,6 +235,22 @@ class JobExtra:
         self.gc_time = 0            # acked: next ack GC attempt, ms
         self.gc_retry = 0           # ack GC attempts so far (backoff exponent)
         self.idem_key: bytes | None = None
+
+
+# A job's place in the timer wheel (broker/timers.py): ``job.timer`` is the
+# chunk holding it, ``job.timer_slot`` its index there. Acyclic (compiled):
+# its one cycle, through its jobs, is broken as each leaves.
+@mypyc_attr(acyclic=True)
+class Chunk:
+    """Up to CHUNK jobs of one timer bucket (None where one left), how many
+    are live, and the bucket's key."""
+
+    __slots__ = ("jobs", "live", "key")
+
+    def __init__(self, jobs: list, key: int) -> None:
+        self.jobs = jobs
+        self.live = len(jobs)
+        self.key = key
 
 
 @mypyc_attr(acyclic=True)
@@ -394,11 +415,12 @@ def job_to_fields(job: Job) -> list:
     return fields
 
 
-def job_from_fields(f: list) -> Job:
+def job_from_fields(f: list, holders: HolderLists) -> Job:
     """A copy from another node (a record as protocol/bus.py checked it: the
     id, queue, body and key are bytes already, so they are taken as they are,
-    not copied through a ``bytes()`` call each); its state and times are set
-    by broker/lifecycle.py when the copy is adopted."""
+    not copied through a ``bytes()`` call each), its holders one of the node's
+    shared ``holders``; its state and times are set by broker/lifecycle.py
+    when the copy is adopted."""
     jid: bytes = f[field.ID]
     queue: bytes = f[field.QUEUE]
     body: bytes = f[field.BODY]
@@ -407,8 +429,8 @@ def job_from_fields(f: list) -> Job:
     job.flags = f[field.FLAGS]
     job.nacks = f[field.NACKS]
     job.additional_deliveries = f[field.ADDITIONAL_DELIVERIES]
-    holders = f[field.NODES_DELIVERED]
-    job.nodes_delivered = holders_of(holders) if holders else None
+    delivered = f[field.NODES_DELIVERED]
+    job.nodes_delivered = holders.of(delivered) if delivered else None
     if len(f) > field.IDEMPOTENCY_KEY:
         key: bytes = f[field.IDEMPOTENCY_KEY]
         job.idem_key = key

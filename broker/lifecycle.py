@@ -34,8 +34,8 @@ from typing import Final
 
 from broker.job import (
     ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_DUMMY_ACK, FLAG_KEY_ANSWERED,
-    FLAG_QUEUED_ONCE, JOB_OVERHEAD, QUEUED, WAIT_REPL, Job, holders_of, job_from_fields,
-    job_shard, with_holder,
+    FLAG_QUEUED_ONCE, JOB_OVERHEAD, QUEUED, WAIT_REPL, Job, job_from_fields,
+    job_shard,
 )
 from broker.job import FLAG_HELD, HELD
 from broker.queue import PAUSED_IN, PAUSED_OUT, Queue
@@ -176,17 +176,17 @@ def adopt_replica(node: Registry, fields: list, now: int, skew: int = 0) -> Job:
     job = node.get_job(jid)
     me = node.myself_id
     if job is not None:
-        job.nodes_delivered = holders_of((*(job.nodes_delivered or (me,)), *(fields[field.NODES_DELIVERED] or ())))
+        job.nodes_delivered = node.holders.of((*(job.nodes_delivered or (me,)), *(fields[field.NODES_DELIVERED] or ())))
         merge_counters(job, fields[field.NACKS], fields[field.ADDITIONAL_DELIVERIES])
         return job
-    job = job_from_fields(fields)
+    job = job_from_fields(fields, node.holders)
     job.state = ACTIVE
     # Our retry timer fires only if the copy queued elsewhere was not acked in
     # time: queueing it then is a redelivery (additional-deliveries).
     job.flags = FLAG_DELIVERED if job.retry else 0
     # The sender's list already names it when it keeps a copy; an external
     # replication (no copy there) must not list it.
-    job.nodes_delivered = with_holder(job.nodes_delivered, me)
+    job.nodes_delivered = node.holders.with_holder(job.nodes_delivered, me)
     job.nodes_confirmed = None
     if fields[field.FLAGS] & FLAG_HELD:
         # (ext) Held: no timer until a holder releases it (released_elsewhere).
@@ -217,11 +217,11 @@ def adopt_moved(node: Registry, fields: list, sender: str, now: int):
         if job.state == HELD:
             _unhold(node, job)      # queued elsewhere: it was released there
         return job
-    job = job_from_fields(fields)
+    job = job_from_fields(fields, node.holders)
     job.state = ACTIVE
     job.flags &= ~FLAG_HELD
     if job.retry:
-        job.nodes_delivered = holders_of(
+        job.nodes_delivered = node.holders.of(
             (*(job.nodes_delivered or ()), sender, node.myself_id))
     else:
         job.nodes_delivered = None
@@ -381,8 +381,9 @@ def take_for_peer(node: Registry, job: Job, receiver: str, now: int) -> None:
     if job.retry == 0:
         delete(node, job)
         return
-    job.nodes_delivered = with_holder(
-        with_holder(job.nodes_delivered, node.myself_id), receiver)
+    holders = node.holders
+    job.nodes_delivered = holders.with_holder(
+        holders.with_holder(job.nodes_delivered, node.myself_id), receiver)
     job.requeue_time = now + job.retry * 1000
     job.flags |= FLAG_DELIVERED     # our requeue would be a redelivery
     schedule(node, job)

@@ -13,7 +13,7 @@ from mypy_extensions import i64
 
 from broker.cluster_hooks import ClusterHooks
 from broker.idempotency import IdempotencyKeys
-from broker.job import SHARDS, Job, JobIds, job_shard, random_node_id
+from broker.job import SHARDS, HolderLists, Job, JobIds, job_shard, random_node_id
 from broker.queue import Queue
 from broker.timers import TimerWheel
 
@@ -28,6 +28,9 @@ class Registry:
         # layer sets it here at start and when CLUSTER RESET HARD changes it.
         self.myself_id: str = node_id or random_node_id(rng)
         self.job_shards: list[dict] = [{} for _ in range(SHARDS)]
+        # The jobs' holder lists, each shared by every job with those holders
+        # (broker/job.py).
+        self.holders = HolderLists()
         self.job_count = 0
         self.jobs_memory = 0
         self.queues: dict[bytes, Queue] = {}

@@ -3,10 +3,10 @@
 
 A job's next wake-up time is derived from its state (broker/lifecycle.py's
 wake_time), so the wheel stores no time per job. A bucket is a list of chunks,
-a chunk (``Chunk``) a plain list of at most CHUNK jobs (8 bytes an entry, which
-matters with millions of jobs) and the count of those still live;
-``job.timer`` is the chunk holding the job and ``job.timer_slot`` its index
-there, always below 257.
+a chunk (``Chunk``, defined beside the Job that points at it: broker/job.py) a
+plain list of at most CHUNK jobs (8 bytes an entry, which matters with millions
+of jobs) and the count of those still live; ``job.timer`` is the chunk holding
+the job and ``job.timer_slot`` its index there, always below 257.
 
 Every operation is O(1) plus a heap push for a new bucket (O(log buckets)):
 
@@ -37,14 +37,13 @@ POP_BUDGET jobs a call, so that such a bucket costs no tick a long pause.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from heapq import heapify, heappop, heappush
 
-from mypy_extensions import i64, mypyc_attr
+from mypy_extensions import i64
 
-if TYPE_CHECKING:   # for the types only: broker/job.py imports Chunk from here
-    from broker.job import Job
+from broker.job import Chunk, Job
 
 RESOLUTION_MS: Final = 10
 CHUNK: Final = 256                 # entries per chunk: slot indices stay cached small ints
@@ -53,20 +52,6 @@ COMPACT_BUDGET: Final = 5_000      # entries looked at per compact() call (well 
 FAR_MS: Final = 60_000             # times further ahead go to a coarse bucket...
 COARSE_MS: Final = 1000            # ...on this grid, FAR_MS / 2 early
 POP_BUDGET: Final = 10_000         # jobs pop_due returns per call, about (whole chunks)
-
-
-# Acyclic (compiled): its one cycle, through its jobs, is broken as each leaves.
-@mypyc_attr(acyclic=True)
-class Chunk:
-    """Up to CHUNK jobs of one bucket (None where one left), how many are live,
-    and the bucket's key."""
-
-    __slots__ = ("jobs", "live", "key")
-
-    def __init__(self, jobs: list, key: int) -> None:
-        self.jobs = jobs
-        self.live = len(jobs)
-        self.key = key
 
 
 def _bucket(when: i64, now: i64) -> i64:

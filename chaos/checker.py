@@ -143,6 +143,17 @@ class CheckResult:
     # Disk faults (chaos/disk.py): the lost jobs with a record cut on as many
     # damaged disks as their REPLICATE level (examples: lost_where)
     lost_every_copy_cut: int = 0
+    # A rolling upgrade (chaos/upgrade.py): the adds acknowledged while nodes
+    # of both releases ran (all of them up), the REPLICATE 3 probes, those
+    # short of a copy (3 when added, 2 running while the next node was down),
+    # those held by nodes of both releases, those never acked, and the bus
+    # messages dropped as malformed
+    mixed_phase_adds: int = 0
+    upgrade_probes: int = 0
+    upgrade_probes_short: int = 0
+    upgrade_probes_across: int = 0
+    upgrade_probes_unacked: int = 0
+    upgrade_malformed: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -271,6 +282,20 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
     if storms:
         problems.append(f"{len(storms)} job(s) delivered more than {STORM_DELIVERIES} times "
                         f"within {STORM_WINDOW_S:g} s with no NACK (requeue storm)")
+    upgrade = upgrade_figures(events, ok_adds)
+    if upgrade["upgrade_probes_short"]:
+        problems.append(f"{upgrade['upgrade_probes_short']} upgrade probe(s) short of a copy "
+                        "(3 when added, 2 running while a node was down)")
+    if upgrade["upgrade_probes"] and not upgrade["upgrade_probes_across"]:
+        problems.append("no upgrade probe was held by nodes of both releases")
+    if upgrade["upgrade_probes_unacked"]:
+        problems.append(f"{upgrade['upgrade_probes_unacked']} upgrade probe(s) never "
+                        "delivered and acked")
+    if upgrade["upgrade_malformed"]:
+        problems.append(f"{upgrade['upgrade_malformed']} bus message(s) dropped as malformed "
+                        "during the upgrade (INFO malformed_bus_messages)")
+    if upgrade["mixed_phases"] and not upgrade["mixed_phase_adds"]:
+        problems.append("no add acknowledged while nodes of both releases ran")
     distinct = len(delivered_of)
     uncollected = sum(len(v) for v in uncollected_by_node.values())
     return CheckResult(
@@ -320,6 +345,12 @@ def check(history: History | list[dict[str, Any]]) -> CheckResult:
         requeue_storms=len(storms),
         max_deliveries_per_job_s=busiest,
         lost_every_copy_cut=len(every_copy_cut),
+        mixed_phase_adds=upgrade["mixed_phase_adds"],
+        upgrade_probes=upgrade["upgrade_probes"],
+        upgrade_probes_short=upgrade["upgrade_probes_short"],
+        upgrade_probes_across=upgrade["upgrade_probes_across"],
+        upgrade_probes_unacked=upgrade["upgrade_probes_unacked"],
+        upgrade_malformed=upgrade["upgrade_malformed"],
         **windows(events),
     )
 
@@ -445,6 +476,48 @@ STORM_WINDOW_S = 1.0
 # between them, is a requeue storm: RETRY is at least 1 s, so a healthy run
 # delivers a job twice in a second at most (a requeue racing another holder's).
 STORM_DELIVERIES = 4
+
+
+def upgrade_figures(events: list[dict[str, Any]], ok_adds: list[Add]) -> dict[str, int]:
+    """A rolling upgrade's figures (chaos/upgrade.py events): the mixed
+    phases (from a step after which the nodes run both releases to the next
+    step's start), the acknowledged adds invoked in them, the probes, those
+    short of a holder, those never acked, the messages dropped as malformed."""
+    phases: list[list[float]] = []
+    probes: set[str] = set()
+    short: set[str] = set()
+    acked: set[str] = set()
+    across: set[str] = set()
+    dropped = 0
+    for e in events:
+        if e["type"] == "fault" and e.get("phase") == "start" and e.get("name") == "upgrade":
+            if phases and len(phases[-1]) == 1:
+                phases[-1].append(e["t"])
+        if e["type"] != "upgrade":
+            continue
+        what = e.get("what")
+        if what == "releases" and len(set((e.get("nodes") or {}).values())) > 1:
+            phases.append([e["t"]])
+        elif what == "probe-add":
+            probes.add(e["id"])
+            if len(e.get("holders") or ()) < 3:         # REPLICATE 3
+                short.add(e["id"])
+            if len(e.get("holder_releases") or ()) > 1:
+                across.add(e["id"])
+        elif what == "probe-held":
+            if len(e.get("holders") or ()) < 2:         # one node down
+                short.add(e["id"])
+        elif what == "probe-acked":
+            acked.add(e["id"])
+        elif what == "malformed":
+            dropped += sum((e.get("counts") or {}).values())
+    if phases and len(phases[-1]) == 1:
+        phases[-1].append(math.inf)
+    mixed = sum(1 for a in ok_adds if any(start <= a.t < end for start, end in phases))
+    return {"mixed_phases": len(phases), "mixed_phase_adds": mixed,
+            "upgrade_probes": len(probes), "upgrade_probes_short": len(short),
+            "upgrade_probes_across": len(across),
+            "upgrade_probes_unacked": len(probes - acked), "upgrade_malformed": dropped}
 
 
 def ttl_probes(events: list[dict[str, Any]]

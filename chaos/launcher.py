@@ -27,10 +27,12 @@ from typing import Any, Callable, Iterable
 import redis
 
 from chaos.clock import FakeClock
+from chaos.previous_release import Release
 from chaos.toxiproxy_client import ChaosProxy, ChaosToxiproxy
 from disquette.testing import ServerProcess, free_port
 
 HOST = "127.0.0.1"
+THIS_RELEASE = "this"       # a node's release: this checkout's
 # server/aof.py's test hook (SyncedSizeNote; named again here: the chaos suite
 # imports no node code): the AOF's size at its last fsync, kept beside it.
 SYNCED_SIZE_ENV = "DISQUETTE_TEST_SYNCED_SIZE"
@@ -83,6 +85,23 @@ class Node(ServerProcess):
         self.name = name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.paused = False
+        self.release = THIS_RELEASE       # which release it runs (run_as)
+        self._release_env: dict[str, str] = {}
+
+    def run_as(self, release: Release | None) -> None:
+        """Start as ``release`` from the next start on (chaos/previous_release.py;
+        None: this one, from this checkout)."""
+        for key in self._release_env:
+            self.env.pop(key, None)
+        if release is None:
+            self.command = [sys.executable, "-m", "server"]
+            self._release_env = {}
+            self.release = THIS_RELEASE
+        else:
+            self.command = release.server_command()
+            self._release_env = release.env()
+            self.release = release.short
+        self.env.update(self._release_env)
 
     def environment(self) -> dict[str, str]:
         return {**child_env(), **self.env}
@@ -145,7 +164,8 @@ class ChaosCluster:
                  toxiproxy_url: str | None = None, node_timeout_ms: int = 2000,
                  appendonly: bool = False, appendfsync: str = "everysec",
                  seed: int | None = None, extra_args: Iterable[str] = (),
-                 faketime: bool = False, clock_offsets: dict[str, float] | None = None) -> None:
+                 faketime: bool = False, clock_offsets: dict[str, float] | None = None,
+                 release: Release | None = None) -> None:
         if size < 2:
             raise ValueError("a chaos cluster needs at least 2 nodes")
         self.size = size
@@ -166,6 +186,9 @@ class ChaosCluster:
         self.faketime = faketime
         self.clock_offsets = dict(clock_offsets or {})
         self.clocks: dict[str, FakeClock] = {}
+        # The release the nodes start as (None: this one; a rolling upgrade
+        # starts from the previous one, chaos/upgrade.py).
+        self.release = release
 
     # -- start and stop --------------------------------------------------------
     def start(self, timeout: float = 30.0) -> "ChaosCluster":
@@ -212,6 +235,7 @@ class ChaosCluster:
     def _start_nodes(self) -> None:
         for node in self.nodes:
             node.args = self._node_args(node)
+            node.run_as(self.release)
             if self.appendonly:
                 # server/aof.py's test hook: the AOF's size at its last fsync
                 # (the power-loss fault, chaos/disk.py, cuts the file there).

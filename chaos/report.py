@@ -106,6 +106,21 @@ def _title(meta: dict[str, Any], duration: float) -> str:
     return "Disquette chaos run: " + ", ".join(p for p in parts if p)
 
 
+UPGRADE_ROWS = [
+    Row("adds acknowledged, both releases running", lambda r: r.mixed_phase_adds,
+        bad=lambda r: r.mixed_phase_adds == 0),
+    Row("REPLICATE 3 probes across releases", lambda r: r.upgrade_probes),
+    Row("  held by nodes of both releases", lambda r: r.upgrade_probes_across,
+        bad=lambda r: r.upgrade_probes_across == 0),
+    Row("  short of a copy (3 added, 2 with a node down)", lambda r: r.upgrade_probes_short,
+        bad=lambda r: r.upgrade_probes_short > 0),
+    Row("  never acked", lambda r: r.upgrade_probes_unacked,
+        bad=lambda r: r.upgrade_probes_unacked > 0),
+    Row("bus messages dropped as malformed", lambda r: r.upgrade_malformed,
+        bad=lambda r: r.upgrade_malformed > 0),
+]
+
+
 def summary_table(result: CheckResult, history: History) -> str:
     """The terminal summary: one figure a line, ``!!`` on what fails the run,
     ``? `` on what is worth a look."""
@@ -114,6 +129,10 @@ def summary_table(result: CheckResult, history: History) -> str:
     for row in ROWS:
         mark = "!!" if row.bad(result) else "? " if row.note(result) else "  "
         lines.append(f"{mark} {row.label:<{width}}  {row.value(result)}")
+    if result.upgrade_probes:       # a rolling upgrade (chaos/upgrade.py)
+        for row in UPGRADE_ROWS:
+            mark = "!!" if row.bad(result) else "  "
+            lines.append(f"{mark} {row.label:<{width}}  {row.value(result)}")
     for problem in result.problems:
         lines.append(f"!! {problem}")
     for warning in history.warnings + ([] if result.history_complete else

@@ -28,6 +28,7 @@ from chaos.checker import CheckResult, check
 from chaos.disk import power_loss_lines
 from chaos.history import HistoryWriter, read_history
 from chaos.launcher import ChaosCluster, child_env
+from chaos.previous_release import Unavailable
 from chaos.report import summary_table, write_reports, write_summary
 from chaos.scenarios import SCENARIOS, Faults, Scenario, cluster_options
 from chaos.workload import Workload, WorkloadSpec
@@ -77,14 +78,20 @@ def run_scenario(scenario: Scenario, options: RunOptions, *, seed: int, out: Pat
     folder = out / f"{scenario.name}-seed{seed}"
     if scenario.netns and not netns.inside():
         return _in_namespace(scenario, options, seed=seed, out=out)
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
     rng = random.Random(f"{seed}-{scenario.name}")
     o = options
+    try:
+        more = cluster_options(scenario, rng, o.nodes)
+    except Unavailable as e:
+        why = f"the previous release is not available here: {e}"
+        return RunOutcome(scenario.name, seed, None, folder,
+                          f"SKIPPED {scenario.name} (seed {seed}): {why}", [],
+                          kind=scenario.kind, skipped=why)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
     cluster = ChaosCluster(o.nodes, workdir=folder / "nodes", toxiproxy_url=o.toxiproxy_url,
                            node_timeout_ms=o.node_timeout_ms, appendonly=scenario.appendonly,
-                           appendfsync=scenario.appendfsync, seed=seed,
-                           **cluster_options(scenario, rng, o.nodes))
+                           appendfsync=scenario.appendfsync, seed=seed, **more)
     spec = WorkloadSpec(rate=o.rate, producers=o.producers, consumers=o.consumers,
                         batch=o.batch, replicate=scenario.replicate,
                         retry0_share=scenario.retry0_share)

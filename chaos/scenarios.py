@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from chaos import disk
+from chaos import disk, previous_release, upgrade
 from chaos.clock import Strobe, TtlProbe
 from chaos.history import HistoryWriter
 from chaos.launcher import ChaosCluster, Node
@@ -177,6 +177,10 @@ class Faults:
     def backlog(self) -> int:
         return disk.backlog(self)
 
+    # -- releases (chaos/upgrade.py: a cluster started as the previous release) -------
+    def upgrade(self, node: Node, after_stop: Callable[[], None] | None = None) -> int:
+        return upgrade.upgrade(self, node, after_stop)
+
     # -- clocks (chaos/clock.py: nodes under libfaketime) ------------------------------
     def _set_clock(self, node: str, offset: float) -> None:
         """One step of a node's clock, recorded as a ``clock`` event (node,
@@ -243,6 +247,8 @@ class Scenario:
     retry0_share: float = 0.1
     # (clock) each node's clock offset in seconds, set before it starts
     skew: Callable[[random.Random, list[str]], dict[str, float]] | None = None
+    # the nodes start as the previous release (chaos/previous_release.py)
+    previous_release: bool = False
 
 
 def _split(rng: random.Random, names: list[str]) -> tuple[list[str], list[str]]:
@@ -403,6 +409,27 @@ def power_loss(f, rng, t0, s):
     f.stop(paused)
 
 
+def rolling_upgrade(f, rng, t0, s):
+    """The nodes upgraded from the previous release one at a time, in a
+    seeded order, at 20%, 45% and 70% of the run (spread over 15%..75% for
+    another size); in each mixed phase a REPLICATE 3 probe added on a node of
+    each release, its copies counted, and again while the next node is down;
+    the probes acked at the end."""
+    f.history.event("upgrade", what="releases", nodes=upgrade.releases(f))
+    order = rng.sample(f.cluster.nodes, len(f.cluster.nodes))
+    probes = upgrade.Probes(f)
+    n = len(order)
+    at = [0.2, 0.45, 0.7] if n == 3 else [0.15 + 0.6 * i / max(n - 1, 1) for i in range(n)]
+    for i, node in enumerate(order):
+        f.sleep_until(at[i] * s, t0)
+        f.upgrade(node, after_stop=probes.check_held if probes.ids else None)
+        if len(set(upgrade.releases(f).values())) > 1:
+            probes.add()
+    f.sleep_until(0.85 * s, t0)
+    probes.ack_all()
+    upgrade.malformed(f)
+
+
 # -- clocks (issue 25) --------------------------------------------------------------
 def _probe(f: Faults, rng: random.Random, s: float) -> TtlProbe:
     """TTL probes (chaos/clock.py) for the run: TTLs from 2 s to a quarter of it."""
@@ -455,8 +482,12 @@ def clock_strobe(f, rng, t0, s):
 
 
 def cluster_options(scenario: Scenario, rng: random.Random, size: int) -> dict:
-    """What ChaosCluster needs for the scenario's kind: its nodes under
-    libfaketime, their clocks set off before they start (clock scenarios)."""
+    """What ChaosCluster needs for the scenario: the release its nodes start
+    as; for the clock scenarios, its nodes under libfaketime, their clocks set
+    off before they start. Raises previous_release.Unavailable when the
+    scenario needs the previous release and it cannot be had here."""
+    if scenario.previous_release:
+        return {"release": previous_release.previous_release()}
     if scenario.kind != "clock":
         return {}
     names = [f"n{i + 1}" for i in range(size)]
@@ -516,3 +547,9 @@ SCENARIOS.update({s.name: s for s in (
     Scenario("power-loss-no", "every node loses power at once (appendfsync no)", power_loss,
              appendonly=True, appendfsync="no", kind="power"),
 )})
+# A rolling upgrade (issue 37; chaos/upgrade.py): the previous release upgraded
+# to this one a node at a time, on the same AOFs, under REPLICATE 3 adds.
+SCENARIOS["rolling-upgrade"] = Scenario(
+    "rolling-upgrade", "the previous release upgraded to this one a node at a time, "
+    "under REPLICATE 3 adds", rolling_upgrade, kind="process", appendonly=True,
+    appendfsync="everysec", replicate=(3,), retry0_share=0.0, previous_release=True)

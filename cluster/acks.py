@@ -21,7 +21,6 @@ from typing import cast
 from broker import lifecycle
 from broker.job import (
     ACKED, FLAG_DUMMY_ACK, FLAG_KEY_ANSWERED, Holders, Job, id_is_at_least_once, ttl_from_id,
-    with_holder,
 )
 from broker.lifecycle import GC_FIRST_MS
 from broker.node import Node
@@ -124,7 +123,8 @@ class Acks(SubProtocol):
                     self._drop_dummy(job)
             return
         # "Not known" from a listed holder: nothing to collect there either.
-        confirmed = job.nodes_confirmed = with_holder(job.nodes_confirmed, sender)
+        confirmed = job.nodes_confirmed = self.broker.holders.with_holder(
+            job.nodes_confirmed, sender)
         others = self.outbox.others_of(job)
         if all(n in confirmed for n in others):
             self.outbox.send_many(others, B.DELJOB, jid)

@@ -13,7 +13,7 @@ job-layer type to its sub-protocol's handler. Everything to send, save or drop
 waits in the outbox (cluster/outbox.py: the Membership's outputs, Send, DropLink,
 SaveConfig, NodeEvent, and the job layer's messages batched per peer), drained
 by whoever runs the node (server/driver.py, for the process's bus in
-server/bus.py or the simulator in cluster/sim.py).
+server/bus.py or the simulator in server/sim/simulation.py).
 """
 
 from __future__ import annotations

@@ -46,9 +46,10 @@ from cluster.outputs import (
     NODE_RECOVERED, DropLink, Link, NodeEvent, SaveConfig, Send,
 )
 from protocol.bus import (
-    FAIL, FIRST_JOB_TYPE, FLAG_FAIL, FLAG_HANDSHAKE, FLAG_LEAVING, FLAG_MEET, FLAG_MYSELF,
-    FLAG_NOADDR, FLAG_PFAIL, MEET, PING, PONG, WIRE_FLAGS, BusMessage, GossipEntry,
-    flags_to_names,
+    BUS_VERSION_MAX, BUS_VERSION_MIN, FAIL, FIRST_JOB_TYPE, FLAG_FAIL, FLAG_HANDSHAKE,
+    FLAG_LEAVING, FLAG_MEET, FLAG_MYSELF, FLAG_NOADDR, FLAG_PFAIL, MEET, PING, PONG,
+    VERSIONS_SHIFT, WIRE_FLAGS, BusMessage, GossipEntry, flags_to_names, settled_version,
+    versions_flags,
 )
 
 __all__ = ["Membership", "ClusterNode", "MembershipError", "is_node_id"]
@@ -89,11 +90,11 @@ class ClusterNode:
     __slots__ = (
         "id", "ip", "port", "bus_port", "flags", "ctime", "ping_sent", "last_ping",
         "pong_received", "data_received", "fail_time", "fail_reports", "link",
-        "link_since",
+        "link_since", "versions", "bus_version",
     )
 
     def __init__(self, node_id: str, ip: str, port: int, bus_port: int, flags: int,
-                 ctime: int) -> None:
+                 ctime: int, bus_version: int = BUS_VERSION_MIN) -> None:
         self.id = node_id
         self.ip = ip
         self.port = port
@@ -109,6 +110,11 @@ class ClusterNode:
         self.fail_reports: dict[str, int] = {}
         self.link = False         # outbound link up, as reported by the shell
         self.link_since = 0
+        # The bus versions its headers say (their flags above VERSIONS_SHIFT),
+        # -1 until we hear it on the link, and the version our frames to it
+        # are written in (protocol/bus.py "Versions"): our lowest until then.
+        self.versions = -1
+        self.bus_version = bus_version
 
     def __repr__(self) -> str:
         return (f"ClusterNode({self.id[:8]} {self.ip}:{self.port}@{self.bus_port} "
@@ -123,10 +129,16 @@ class Membership:
     """The node table plus PING/PONG/MEET/FAIL handling. See the module doc."""
 
     def __init__(self, myself_id: str, ip: str, port: int, bus_port: int, *,
-                 node_timeout: int = 15000, rng: random.Random, now: int = 0) -> None:
+                 node_timeout: int = 15000, rng: random.Random, now: int = 0,
+                 bus_versions: tuple[int, int] = (BUS_VERSION_MIN, BUS_VERSION_MAX)) -> None:
+        """``bus_versions``: the bus versions it speaks (this release's; a
+        test gives others to play a node of another release)."""
         if not is_node_id(myself_id):
             raise ValueError(f"invalid node id {myself_id!r}")
         self.rng = rng
+        self.bus_lo, self.bus_hi = bus_versions
+        # Said in every header we send (protocol/bus.py versions_flags).
+        self.versions_flags = versions_flags(self.bus_lo, self.bus_hi)
         #: ``cluster-node-timeout`` in ms; may be changed at run time (CONFIG SET).
         self.node_timeout = node_timeout
         self.myself = ClusterNode(myself_id, ip, port, bus_port, FLAG_MYSELF, now)
@@ -182,8 +194,14 @@ class Membership:
         """A bus message with our header, for any type (the job layer uses it too)."""
         me = self.myself
         return BusMessage(mtype, me.id, me.ip, me.port, me.bus_port,
-                          me.flags & FLAG_LEAVING, gossip if gossip is not None else [],
-                          payload)
+                          (me.flags & FLAG_LEAVING) | self.versions_flags,
+                          gossip if gossip is not None else [], payload)
+
+    def bus_version(self, node_id: str) -> int:
+        """The bus version of our frames to ``node_id``: the one its link
+        settled, our lowest until it has."""
+        node = self.nodes.get(node_id)
+        return node.bus_version if node is not None else self.bus_lo
 
     def note_sent(self, count: int = 1) -> None:
         """Count messages the job layer sent (cluster_stats_messages_sent)."""
@@ -191,7 +209,7 @@ class Membership:
 
     def _send(self, node: ClusterNode, msg: BusMessage) -> None:
         self.stats_sent += 1
-        self._out.append(Send(node.id, node.ip, node.bus_port, msg))
+        self._out.append(Send(node.id, node.ip, node.bus_port, msg, node.bus_version))
 
     def _gossip(self, now: int, dest: ClusterNode | None) -> list[GossipEntry]:
         # Redis clusterSendPing: max(3, N/10) random nodes the receiver may not know,
@@ -305,6 +323,10 @@ class Membership:
         node = self.nodes.get(node_id)
         if node is not None:
             node.link = False
+            # The peer may come back as another release: our lowest version
+            # until we hear it again.
+            node.versions = -1
+            node.bus_version = self.bus_lo
         return self._flush()
 
     # -- the table -----------------------------------------------------------------------
@@ -320,7 +342,7 @@ class Membership:
                 return None
         node_id = random_node_id(self.rng)
         flags = FLAG_HANDSHAKE | (FLAG_MEET if meet else 0)
-        node = ClusterNode(node_id, ip, port, bus_port, flags, now)
+        node = ClusterNode(node_id, ip, port, bus_port, flags, now, self.bus_lo)
         self.nodes[node_id] = node
         return node
 
@@ -335,7 +357,7 @@ class Membership:
 
     def _add_real(self, node_id: str, ip: str, port: int, bus_port: int,
                   now: int) -> ClusterNode:
-        node = ClusterNode(node_id, ip, port, bus_port, 0, now)
+        node = ClusterNode(node_id, ip, port, bus_port, 0, now, self.bus_lo)
         if node_id in self._links_up:
             node.link = True
             node.link_since = self._links_up[node_id]
@@ -409,7 +431,8 @@ class Membership:
             # The payload echo tells it which of its node entries we answered for.
             reply = self.message(PONG, msg.payload, self._gossip(now, sender))
             self.stats_sent += 1
-            self._out.append(Send(msg.sender, ip, msg.bus_port, reply))
+            self._out.append(Send(msg.sender, ip, msg.bus_port, reply,
+                                  sender.bus_version if sender is not None else self.bus_lo))
 
         elif mtype == PONG:
             dest_id = msg.payload if isinstance(msg.payload, str) else None
@@ -446,6 +469,13 @@ class Membership:
             return self._flush()
 
         sender.data_received = now
+        said = msg.flags >> VERSIONS_SHIFT
+        if said != sender.versions:
+            # The link settles on the highest version both speak (the decoder
+            # refused a sender with none in common).
+            sender.versions = said
+            sender.bus_version = settled_version(msg.flags, self.bus_lo, self.bus_hi) \
+                or self.bus_lo
         self._update_address(sender, ip, msg.port, msg.bus_port)
         if sender.failing and now - sender.last_ping >= FAILING_PING_INTERVAL:
             # It is back (restarted, partition healed): ping it now, not at the
@@ -484,8 +514,10 @@ class Membership:
         if sender is None or msg.gossip:
             return False
         flags = sender.flags
-        # unreachable for a reason other than LEAVING, or LEAVING changed
-        if flags & (_UNREACHABLE & ~FLAG_LEAVING) or (msg.flags ^ flags) & FLAG_LEAVING:
+        # unreachable for a reason other than LEAVING, or LEAVING changed, or
+        # the versions it speaks (its link's not settled, or another release)
+        if flags & (_UNREACHABLE & ~FLAG_LEAVING) or (msg.flags ^ flags) & FLAG_LEAVING \
+                or msg.flags >> VERSIONS_SHIFT != sender.versions:
             return False
         ip = msg.ip
         if not ip and link is not None:

@@ -83,7 +83,7 @@ class Outbox:
                 else:
                     msg = m.message(B.BATCH, items)
                 made.append((items, msg))
-            out.append(Send(nid, n.ip, n.bus_port, msg))
+            out.append(Send(nid, n.ip, n.bus_port, msg, n.bus_version))
         self.batches = {}
 
     def send(self, node_id: str, mtype: int, payload: object) -> None:

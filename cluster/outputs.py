@@ -3,7 +3,7 @@
 
 The membership (cluster/membership.py) and the job layer (cluster/cluster.py)
 return these; the output driver (server/driver.py) and the simulator
-(cluster/sim.py) carry them out. ``Link`` is the input side: where a bus
+(server/sim/simulation.py) carry them out. ``Link`` is the input side: where a bus
 message came from, as the shell saw the socket. Compiled with the core
 (setup.py): ``Send`` is on the per-job path.
 
@@ -69,23 +69,27 @@ class Link(_Value):
 # -- outputs -------------------------------------------------------------------------
 
 class Send(_Value):
-    """Send ``msg`` to ``node_id``; connect to (ip, bus_port) if there is no link.
-    The same message object may be the payload of many Sends (broadcast): encode it
-    once. One is made per peer per event-loop turn that sends it anything."""
+    """Send ``msg`` to ``node_id`` in bus version ``version`` (the one its link
+    settled: protocol/bus.py "Versions"); connect to (ip, bus_port) if there is
+    no link. The same message object may be the payload of many Sends
+    (broadcast): encode it once per version. One is made per peer per
+    event-loop turn that sends it anything."""
 
-    __slots__ = ("node_id", "ip", "bus_port", "msg")
+    __slots__ = ("node_id", "ip", "bus_port", "msg", "version")
 
-    def __init__(self, node_id: str, ip: str, bus_port: int, msg: BusMessage) -> None:
+    def __init__(self, node_id: str, ip: str, bus_port: int, msg: BusMessage,
+                 version: int) -> None:
         self.node_id = node_id
         self.ip = ip
         self.bus_port = bus_port
         self.msg = msg
+        self.version = version
 
     def _fields(self) -> tuple:
-        return (self.node_id, self.ip, self.bus_port, self.msg)
+        return (self.node_id, self.ip, self.bus_port, self.msg, self.version)
 
     def __repr__(self) -> str:
-        return "Send(node_id=%r, ip=%r, bus_port=%r, msg=%r)" % self._fields()
+        return "Send(node_id=%r, ip=%r, bus_port=%r, msg=%r, version=%r)" % self._fields()
 
 
 class DropLink(_Value):

@@ -22,8 +22,7 @@ from typing import cast
 from broker import lifecycle
 from broker.client import Client
 from broker.job import (
-    ACKED, FLAG_HELD, HELD, QUEUED, WAIT_REPL, Holders, Job, holders_of, job_to_fields,
-    with_holder,
+    ACKED, FLAG_HELD, HELD, QUEUED, WAIT_REPL, Holders, Job, job_to_fields,
 )
 from broker.node import BLOCKED, Node
 from broker.queue import PAUSED_IN
@@ -172,7 +171,7 @@ class Replication(SubProtocol):
         then."""
         me = self.m.node_id
         if peers is not self._holders_of or me not in self._holders:
-            self._holders = holders_of((me, *peers))
+            self._holders = self.broker.holders.of((me, *peers))
             self._holders_of = peers
         return self._holders
 
@@ -184,16 +183,17 @@ class Replication(SubProtocol):
         wanted = job.repl if external else job.repl - 1
         # Every reachable peer (REPLICATE 3 on 3 nodes): no choice to make.
         chosen = peers if wanted == len(peers) else broker.rng.sample(peers, wanted)
+        holders = broker.holders
         if external:
-            job.nodes_delivered = holders_of(chosen)
+            job.nodes_delivered = holders.of(chosen)
             job.nodes_confirmed = ()
         else:
             me = self.m.node_id
             if chosen is peers:
                 job.nodes_delivered = self.all_holders(peers)
             else:
-                job.nodes_delivered = holders_of((me, *chosen))
-            job.nodes_confirmed = holders_of((me,))
+                job.nodes_delivered = holders.of((me, *chosen))
+            job.nodes_confirmed = holders.of((me,))
         p = PendingAdd(job, None if is_async else client, now + timeout if timeout else 0,
                        is_async, external, now + WIDEN_EVERY_MS)
         self.pending[job.id] = p
@@ -322,7 +322,7 @@ class Replication(SubProtocol):
                 delivered = _nodes(job.nodes_delivered)
                 spare = sorted(set(self.m.reachable_ids()) - set(delivered))
                 if spare:
-                    delivered = job.nodes_delivered = with_holder(
+                    delivered = job.nodes_delivered = broker.holders.with_holder(
                         delivered, broker.rng.choice(spare))
                 confirmed = _nodes(job.nodes_confirmed)
                 missing = [n for n in delivered if n not in confirmed]
@@ -334,12 +334,13 @@ class Replication(SubProtocol):
         if p is None or p.job.state == ACKED:
             return
         job = p.job
-        delivered = job.nodes_delivered = with_holder(job.nodes_delivered, sender)
+        holders = self.broker.holders
+        delivered = job.nodes_delivered = holders.with_holder(job.nodes_delivered, sender)
         confirmed = _nodes(job.nodes_confirmed)
         if len(confirmed) + 1 == len(delivered) and sender not in confirmed:
             confirmed = delivered   # (a subset of it) every holder now: that very tuple
         else:
-            confirmed = with_holder(confirmed, sender)
+            confirmed = holders.with_holder(confirmed, sender)
         job.nodes_confirmed = confirmed
         if len(confirmed) >= job.repl:
             self._achieved(p, now)

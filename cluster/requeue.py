@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Final
 
 from broker import lifecycle
-from broker.job import ACKED, FLAG_BCAST_QUEUED, FLAG_DELIVERED, HELD, QUEUED, Job, with_holder
+from broker.job import ACKED, FLAG_BCAST_QUEUED, FLAG_DELIVERED, HELD, QUEUED, Job
 from broker.node import Node
 from cluster.membership import Membership
 from cluster.outbox import Outbox
@@ -137,7 +137,7 @@ class Requeue(SubProtocol):
             return
         lifecycle.merge_counters(job, nacks, deliveries)
         if job.nodes_delivered is not None:
-            job.nodes_delivered = with_holder(job.nodes_delivered, sender)
+            job.nodes_delivered = self.broker.holders.with_holder(job.nodes_delivered, sender)
         if job.state == HELD:
             # (ext) The sender released it (or re-queued it after its release).
             self.released_by(sender, job, now)

@@ -151,6 +151,7 @@ ORDER_V2 = ("id", "queue", "body", "state", "flags", "replicate", "etime", "ctim
             "retry", "nacks", "additional_deliveries", "requeue_time", "nodes_delivered",
             "idempotency_key")
 _FROM_V2 = tuple(ORDER_V2.index(name) for name in field.NAMES)
+_TO_V2 = tuple(field.NAMES.index(name) for name in ORDER_V2)
 # The integer columns a batch stores as the int 0 when every job's value is 0.
 ZERO_COLUMNS = (field.FLAGS, field.DELAY, field.RETRY, field.NACKS, field.ADDITIONAL_DELIVERIES,
                 field.REQUEUE_TIME)
@@ -167,16 +168,22 @@ def encode_record(payload: bytes) -> bytes:
     return head + struct.pack("<I", crc32c(head)) + payload
 
 
-def encode_job_rows(records: list) -> bytes:
+def encode_job_rows(records: list, version: int = VERSION) -> bytes:
     """A c record of these jobs' records (disquette/job_record.py's lists, as
     broker/job.py job_to_fields makes them): one row each; when one has an
-    IDEMPOTENCY key, every row has the key field (None for the others)."""
-    return encode_record(b"c" + msgpack.packb(_same_length(records)))
+    IDEMPOTENCY key, every row has the key field (None for the others).
+    ``version`` 2: a j record, the fields in ORDER_V2 (disquette-check-aof
+    --to-version 2)."""
+    rows = _same_length(records)
+    if version < 3:
+        return encode_record(b"j" + msgpack.packb([[r[i] for i in _TO_V2[:len(r)]]
+                                                   for r in rows]))
+    return encode_record(b"c" + msgpack.packb(rows))
 
 
-def encode_job_columns(records: list) -> bytes:
+def encode_job_columns(records: list, version: int = VERSION) -> bytes:
     """A C record of these jobs' records (as encode_job_rows's): a column per
-    field (see the module's docstring)."""
+    field (see the module's docstring); ``version`` 2: a J record."""
     cols: list = list(zip(*_same_length(records)))
     qnames: dict = {}
     setq = qnames.setdefault
@@ -192,8 +199,10 @@ def encode_job_columns(records: list) -> bytes:
     for i in ZERO_COLUMNS:
         if not any(cols[i]):
             cols[i] = 0
+    if version < 3:
+        cols = [cols[i] for i in _TO_V2[:len(cols)]]
     cols[field.QUEUE:field.QUEUE + 1] = [list(qnames), qidx if len(qnames) > 1 else 0]
-    return encode_record(b"C" + msgpack.packb(cols))
+    return encode_record((b"C" if version >= 3 else b"J") + msgpack.packb(cols))
 
 
 def _same_length(records: list) -> list:

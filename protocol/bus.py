@@ -7,6 +7,9 @@ gossip entries." Every bus message, whatever its type, travels in one frame:
     frame = 4-byte big-endian body length + msgpack body
     body  = [version, type, sender, ip, port, bus_port, flags, gossip, payload]
 
+``version`` is the bus protocol version the frame is written in: the one its
+link settled (see "Versions" below).
+
 The header (everything but ``payload``) is the same for every type so a receiver
 always learns who is talking, where it can be reached (the *announced* address:
 ``cluster-announce-ip``/``-port``/``-bus-port`` when set, SPEC §1) and whether it is
@@ -54,7 +57,9 @@ else:
     _C_INVALID_BODY = _C_UNSUPPORTED = _NotBuilt
 
 __all__ = [
-    "PROTOCOL_VERSION", "DEFAULT_MAX_FRAME_SIZE", "BusProtocolError", "BusMessage",
+    "PROTOCOL_VERSION", "BUS_VERSION_MIN", "BUS_VERSION_MAX", "VERSIONS_SHIFT",
+    "versions_flags", "versions_said", "settled_version", "BusVersionError",
+    "DEFAULT_MAX_FRAME_SIZE", "BusProtocolError", "BusMessage",
     "GossipEntry", "BusCodec", "FrameReader", "encode_frame", "encode_body", "decode_body",
     "unbatch",
     "TYPE_NAMES", "FLAG_NAMES", "flags_to_names",
@@ -68,9 +73,60 @@ __all__ = [
     "FrameSigner", "frame_mac", "frame_tag",
 ]
 
-#: Bumped on any incompatible change of the body layout; a peer speaking another
-#: version gets its link closed (BusProtocolError) rather than misread.
-PROTOCOL_VERSION: Final = 1
+# -- versions ---------------------------------------------------------------------
+# Each link settles the version both ends speak (ext). A node says which
+# versions it speaks in the flags of every header, above the node flags: the
+# highest in bits 8-15, the lowest in bits 16-23. A node that speaks only
+# version 1 says nothing there, as every release before versions were settled
+# (which reads only FLAG_LEAVING of the header flags and ignores the other
+# bits): no bits mean 1 to 1. Until a node has heard the peer of a link, it
+# writes its frames in the lowest version it speaks; once it has, in the
+# highest both speak (settled_version); it forgets it when the link goes down
+# (the peer may come back as another release). Frames of a version this node
+# does not speak, or from a node whose versions and ours do not overlap, are
+# refused (BusVersionError: the link is closed, saying both ranges), never
+# read as malformed. What every version keeps, so that a node can tell a
+# peer's versions whatever its layout: a body is an array whose first item is
+# its version and whose seventh item is the flags.
+#
+# Version 2: version 1's layout, with the versions said in the flags. A change
+# of the layout or of a payload takes the next version, written only on the
+# links that settled it.
+
+#: The versions this node speaks.
+BUS_VERSION_MIN: Final = 1
+BUS_VERSION_MAX: Final = 2
+#: The version of every frame of a link not settled yet: what every release reads.
+PROTOCOL_VERSION: Final = BUS_VERSION_MIN
+#: Where the versions spoken sit in the header flags; below it, the node flags.
+VERSIONS_SHIFT: Final = 8
+_VERSION_BITS: Final = 0xFF
+
+
+def versions_flags(lo: int, hi: int) -> int:
+    """The header flags that say a node speaks versions ``lo`` to ``hi``
+    (none for 1 to 1, as the releases before versions were settled)."""
+    if hi <= 1:
+        return 0
+    return (hi | lo << 8) << VERSIONS_SHIFT
+
+
+def versions_said(flags: int) -> tuple[int, int]:
+    """The versions (lowest, highest) a header's flags say the sender speaks."""
+    said = flags >> VERSIONS_SHIFT
+    if not said:
+        return (1, 1)
+    return ((said >> 8) & _VERSION_BITS, said & _VERSION_BITS)
+
+
+def settled_version(flags: int, lo: int = BUS_VERSION_MIN, hi: int = BUS_VERSION_MAX) -> int:
+    """The version a link settles on with the sender of a header whose flags
+    are ``flags``, for a node that speaks ``lo`` to ``hi``: the highest both
+    speak, 0 when none."""
+    peer_lo, peer_hi = versions_said(flags)
+    version = hi if hi < peer_hi else peer_hi
+    return version if version >= lo and version >= peer_lo else 0
+
 
 #: A frame carries at most one bus message; the biggest legitimate ones are REPLJOB /
 #: YOURJOBS with job bodies up to ``proto-max-bulk-len`` (512 MB by default, as in
@@ -157,6 +213,28 @@ class BusProtocolError(ValueError):
     """The peer sent something that is not a valid bus frame: close that link only."""
 
 
+class BusVersionError(BusProtocolError):
+    """The peer writes a version this node does not speak, or speaks none of
+    this node's: its link is refused (not a malformed frame). ``sender``: its
+    node id as the frame says it ("" if it says none)."""
+
+    def __init__(self, sender: str, peer_lo: int, peer_hi: int, lo: int, hi: int) -> None:
+        self.sender = sender
+        self.peer_lo, self.peer_hi = peer_lo, peer_hi
+        self.lo, self.hi = lo, hi
+        super().__init__(
+            f"node {sender or '?'} speaks bus protocol {_versions(peer_lo, peer_hi)}, "
+            f"this node {_versions(lo, hi)}")
+
+    @property
+    def peer_is_newer(self) -> bool:
+        return self.peer_lo > self.hi
+
+
+def _versions(lo: int, hi: int) -> str:
+    return f"version {lo}" if lo == hi else f"versions {lo} to {hi}"
+
+
 class GossipEntry(NamedTuple):
     """One node as the sender sees it. Ages are in ms relative to the sender's clock
     when it built the message (-1: no ping outstanding / never got a pong), so no
@@ -226,7 +304,7 @@ class _Head:
 
     __slots__ = ("sender", "ip", "port", "bus_port", "flags", "packed")
 
-    def __init__(self, msg: BusMessage, packer: Any) -> None:
+    def __init__(self, msg: BusMessage, packer: Any, version: int) -> None:
         self.sender = msg.sender
         self.ip = msg.ip
         self.port = msg.port
@@ -235,7 +313,7 @@ class _Head:
         # The body's array with a None payload (one byte, 0xc0) packed, less
         # that byte: the 9-element array's head and its first 8 items.
         whole: bytes = packer.pack(
-            [PROTOCOL_VERSION, msg.type, msg.sender, msg.ip, msg.port, msg.bus_port,
+            [version, msg.type, msg.sender, msg.ip, msg.port, msg.bus_port,
              msg.flags, [], None])
         self.packed = whole[:len(whole) - 1]
 
@@ -256,16 +334,23 @@ class BusCodec:
     (msgpack's bytes and values); msgpack does what that one leaves to it
     (bus_c.Unsupported), and all of it in the pure build. A body bus_c finds
     invalid (bus_c.InvalidBody) is the peer's: a BusProtocolError. Any other
-    exception from it is a bug of ours, and goes through."""
+    exception from it is a bug of ours, and goes through.
 
-    def __init__(self) -> None:
+    ``lo``, ``hi``: the bus versions it reads (those of this release; a test
+    gives others to play a node of another release)."""
+
+    def __init__(self, lo: int = BUS_VERSION_MIN, hi: int = BUS_VERSION_MAX) -> None:
+        self.lo = lo
+        self.hi = hi
         # msgpack.packb makes a new Packer per call: half the cost of a small body.
         self.packer: Any = msgpack.Packer(use_bin_type=True)
         # The last header packed for each message type, when it had no gossip
         # (every job-layer message, one per frame): a msgpack array is its head
         # followed by its items, so the body is that header's bytes followed
         # by the packed payload, the same bytes as the whole list packed in
-        # one call, with 8 fewer objects to look at per frame.
+        # one call, with 8 fewer objects to look at per frame. Keyed by type
+        # and version (_head_key): links of two versions alternate in a
+        # mixed cluster.
         self.heads: dict[int, _Head] = {}
         # Node ids found well formed (the senders, the holders REPLJOB lists:
         # a handful in a cluster), each kept as the first str that carried it:
@@ -278,17 +363,19 @@ class BusCodec:
         self.c_pack: Any = c.pack if c is not None else None
         self.c_unpack: Any = c.unpack if c is not None else None
 
-    def _packed(self, msg: BusMessage, framed: bool) -> bytes:
-        """The body (led by its length when ``framed``): a header packed
-        before, then the payload; or, with gossip, the whole list."""
+    def _packed(self, msg: BusMessage, framed: bool, version: int) -> bytes:
+        """The body (led by its length when ``framed``) in bus version
+        ``version``: a header packed before, then the payload; or, with
+        gossip, the whole list."""
         if msg.gossip:
             prefix = b""
-            value: Any = [PROTOCOL_VERSION, msg.type, msg.sender, msg.ip, msg.port,
+            value: Any = [version, msg.type, msg.sender, msg.ip, msg.port,
                           msg.bus_port, msg.flags, msg.gossip, msg.payload]
         else:
-            head = self.heads.get(msg.type)
+            key = version << 8 | msg.type
+            head = self.heads.get(key)
             if head is None or not head.fits(msg):
-                head = self.heads[msg.type] = _Head(msg, self.packer)
+                head = self.heads[key] = _Head(msg, self.packer, version)
             prefix = head.packed
             value = msg.payload
         c_pack = self.c_pack
@@ -303,15 +390,16 @@ class BusCodec:
             self.packer = msgpack.Packer(use_bin_type=True)
         return _LEN.pack(len(body)) + body if framed else body
 
-    def encode_body(self, msg: BusMessage) -> bytes:
+    def encode_body(self, msg: BusMessage, version: int = PROTOCOL_VERSION) -> bytes:
         """The msgpack body alone (no length prefix)."""
-        return self._packed(msg, False)
+        return self._packed(msg, False, version)
 
-    def encode_frame(self, msg: BusMessage,
-                     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> bytes:
-        """Length-prefixed frame for ``msg``. Encode once and write the same
-        bytes to every destination of a broadcast."""
-        frame = self._packed(msg, True)
+    def encode_frame(self, msg: BusMessage, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+                     version: int = PROTOCOL_VERSION) -> bytes:
+        """Length-prefixed frame for ``msg`` in bus version ``version`` (its
+        link's, cluster/outputs.py Send.version). Encode once and write the
+        same bytes to every destination of a broadcast in that version."""
+        frame = self._packed(msg, True, version)
         if len(frame) - 4 > max_frame_size:
             raise BusProtocolError(
                 f"bus message of {len(frame) - 4} bytes exceeds the {max_frame_size} bytes "
@@ -335,17 +423,18 @@ class BusCodec:
 
     def decode_body(self, body: Any) -> BusMessage:
         """Parse one msgpack body (bytes-like) into a :class:`BusMessage`."""
-        return _message(self._unpacked(body), self.node_ids)
+        return _message(self._unpacked(body), self.node_ids, self.lo, self.hi)
 
 
-def encode_body(msg: BusMessage) -> bytes:
+def encode_body(msg: BusMessage, version: int = PROTOCOL_VERSION) -> bytes:
     """BusCodec.encode_body with a codec of its own (tests, tools)."""
-    return BusCodec().encode_body(msg)
+    return BusCodec().encode_body(msg, version)
 
 
-def encode_frame(msg: BusMessage, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> bytes:
+def encode_frame(msg: BusMessage, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+                 version: int = PROTOCOL_VERSION) -> bytes:
     """BusCodec.encode_frame with a codec of its own (tests, tools)."""
-    return BusCodec().encode_frame(msg, max_frame_size)
+    return BusCodec().encode_frame(msg, max_frame_size, version)
 
 
 def decode_body(body: Any) -> BusMessage:
@@ -510,18 +599,35 @@ def _bad(what: str) -> BusProtocolError:
     return BusProtocolError(f"invalid bus message: {what}")
 
 
-def _message(obj: Any, ids: dict[str, str]) -> BusMessage:
-    """The message a body's value is (BusCodec.decode_body), its node ids the
-    ones ``ids`` keeps."""
+def _version_error(obj: list, lo: int, hi: int) -> BusVersionError:
+    """The refusal of a body (an array led by an int) whose version is not one
+    of ``lo`` to ``hi``, or whose flags say versions none of which is: the
+    sender and its versions as far as the body says them (every version keeps
+    the version first and the flags seventh)."""
+    version: int = obj[0]
+    sender = obj[2] if len(obj) > 2 and type(obj[2]) is str else ""
+    flags = obj[6] if len(obj) > 6 and type(obj[6]) is int else 0
+    peer_lo, peer_hi = versions_said(flags) if flags >> VERSIONS_SHIFT else (version, version)
+    return BusVersionError(sender[:40], peer_lo, peer_hi, lo, hi)
+
+
+def _message(obj: Any, ids: dict[str, str], lo: int = BUS_VERSION_MIN,
+             hi: int = BUS_VERSION_MAX) -> BusMessage:
+    """The message a body's value is (BusCodec.decode_body) for a node that
+    reads bus versions ``lo`` to ``hi``, its node ids the ones ``ids`` keeps."""
     if type(obj) is not list or len(obj) != 9:
         if type(obj) is list and obj and obj[0] == AUTH_MAGIC:
             raise BusProtocolError("the peer authenticates its bus links "
                                    "(cluster-auth-pass) and this node does not")
+        if type(obj) is list and obj and type(obj[0]) is int and not lo <= obj[0] <= hi:
+            raise _version_error(obj, lo, hi)
         raise _bad("body is not a 9-element array")
     version, mtype, sender, ip, port, bus_port, flags, gossip, payload = obj
-    if version != PROTOCOL_VERSION:
-        raise BusProtocolError(
-            f"unsupported bus protocol version {version!r} (this node speaks {PROTOCOL_VERSION})")
+    if type(version) is not int:
+        raise _bad("version is not an integer")
+    if version < lo or version > hi or (
+            type(flags) is int and (flags >> (VERSIONS_SHIFT + 8)) & _VERSION_BITS > hi):
+        raise _version_error(obj, lo, hi)
     if type(mtype) is not int:
         raise _bad("type is not an integer")
     sender = _node_id(sender, ids)

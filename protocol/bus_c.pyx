@@ -7,8 +7,8 @@ tuples, dicts).
 
 protocol/bus.py's BusCodec packs and reads its bodies with a ``Codec`` where
 it is built, and with msgpack itself in the pure build; msgpack stays the
-reference: tests/unit/test_bus_c.py feeds both the same random, boundary and
-broken values and bodies and demands the same results. A ``Codec`` handles
+reference: tests/unit/protocol/test_bus_c.py feeds both the same random,
+boundary and broken values and bodies and demands the same results. A ``Codec`` handles
 exactly the values the bus carries and says so by the two exceptions it
 declares:
 

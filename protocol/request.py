@@ -16,7 +16,7 @@ inputs, same error texts, same limits::
 
 ``PyReader`` here is the reference, pure Python. ``protocol/request_c.pyx`` is
 the same reader written for the compiler (it walks the buffer with ``memchr``
-and C integers); tests/unit/test_resp.py feeds both the same random, hostile
+and C integers); tests/unit/protocol/test_request.py feeds both the same random, hostile
 and split-at-every-byte streams and demands the same commands and errors.
 protocol/resp.py picks the compiled one unless ``DISQUETTE_NO_EXTENSIONS=1``.
 

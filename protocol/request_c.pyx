@@ -3,8 +3,8 @@
 ``PyReader``, step for step, over the read buffer with C pointers.
 
 Same interface, same commands, same errors as the reference (protocol/request.py
-says what is read and what is refused; tests/unit/test_resp.py fuzzes the two
-against each other). What changes is only how: line ends are found with
+says what is read and what is refused; tests/unit/protocol/test_request.py
+fuzzes the two against each other). What changes is only how: line ends are found with
 ``memchr``, lengths are C integers checked the way Redis's ``string2ll`` checks
 them, and each argument is copied once, straight from the buffer into its
 bytes object. Nothing is re-encoded.

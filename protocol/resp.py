@@ -158,9 +158,9 @@ def _line(text: str) -> bytes:
     return text.encode()
 
 
-# What a value is encoded as: its type's kind, found once per type (a subclass
-# takes the kind of its nearest listed base: an IntEnum is an int, a str
-# subclass a bulk string) and remembered in _KIND.
+# What a value is encoded as: its type's kind (a subclass takes the kind of its
+# nearest listed base, found through its MRO at each value: an IntEnum is an
+# int, a str subclass a bulk string; no reply of ours is one).
 K_BYTES: Final = 0
 K_STR: Final = 1
 K_INT: Final = 2
@@ -178,7 +178,7 @@ K_RAW: Final = 13
 K_NULL_ARRAY: Final = 14
 K_MEMORYVIEW: Final = 15
 
-_KIND: dict[type, int] = {
+_KIND: Final[dict[type, int]] = {
     bytes: K_BYTES, bytearray: K_BYTES, memoryview: K_MEMORYVIEW, str: K_STR,
     int: K_INT, bool: K_BOOL, float: K_FLOAT, type(None): K_NONE,
     list: K_ARRAY, tuple: K_ARRAY, set: K_SET, frozenset: K_SET, dict: K_MAP, Map: K_MAP,
@@ -198,7 +198,6 @@ def _kind(t: type) -> int:
         for base in t.__mro__:
             k = _KIND.get(base)
             if k is not None:
-                _KIND[t] = k
                 return k
         raise TypeError(f"cannot encode a {t.__name__} as RESP")
     return k

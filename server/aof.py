@@ -8,30 +8,32 @@ written), so with ``appendfsync always`` every acknowledged job is on disk, and
 with ``everysec`` a kill -9 loses nothing already written (only an OS crash can
 lose the last second).
 
-This module writes, fsyncs (in a background thread under everysec), swaps a
+This module writes, fsyncs (in the background under everysec), swaps a
 rewritten file in and reports the INFO persistence fields. The rest is
 elsewhere: when to fsync or rewrite, which jobs a rewrite keeps and what a
-failed write does in broker/aof_policy.py (the simulator's writer,
-server/disk_aof.py, asks the same object); the record format in
+failed write does in broker/aof_policy.py; the record format in
 broker/aof_format.py; the rewrite engine in server/aof_rewrite.py; reading the
 file at start in server/aof_load.py.
+
+What it runs on is injected (server/aof_runtime.py): the process's file
+system, background thread, event loop and clocks, or the simulator's simulated
+disk and virtual time (server/sim/), so the simulator's seeds run this writer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-import time
-from concurrent.futures import ThreadPoolExecutor
 
 from broker import aof_format as fmt
 from broker import lifecycle
 from broker.aof_policy import AOFPolicy
 from broker.dispatch import CommandError
 from server import aof_load
-from server.aof_files import create_empty, fdatasync, upgrade_header
 from server.aof_load import AOFLoadError, LoadProgress  # noqa: F401  (AOFLoadError: re-exported)
 from server.aof_rewrite import Rewrite, fsync_close_dir, rewrite_file
+from server.aof_runtime import AOFRuntime, process_runtime
 
 log = logging.getLogger("server.aof")
 
@@ -44,21 +46,21 @@ SYNCED_SIZE_ENV = "DISQUETTE_TEST_SYNCED_SIZE"
 SYNCED_SUFFIX = ".synced"
 
 
-def _now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
 class AppendOnlyFile:
     """The AOF of one node: see the module docstring. It reads the node's jobs
     (rewrite, load) and tells it its write status (``node.aof_error``:
-    MISCONF); the node never holds it."""
+    MISCONF); the node never holds it. ``synced_note``: tests only (see
+    SyncedSizeNote)."""
 
-    def __init__(self, node, config, loop, exit_on_fatal=True,
-                 policy: AOFPolicy | None = None) -> None:
+    def __init__(self, node, config, runtime: AOFRuntime, policy: AOFPolicy | None = None,
+                 synced_note: "SyncedSizeNote | None" = None) -> None:
         self.node = node
         self.config = config
-        self.loop = loop
-        self.exit_on_fatal = exit_on_fatal
+        self.files = runtime.files
+        self.bio = runtime.background
+        self.loop = runtime.loop
+        self.clock = runtime.clock
+        self.exit = runtime.exit
         self.policy = policy if policy is not None else AOFPolicy(config)
         self.path = config.appendfilename
         self.fd = None
@@ -68,7 +70,7 @@ class AppendOnlyFile:
         self.current_size = 0
         self.base_size = 0
         self.unsynced = False
-        self.last_fsync = _now_ms()
+        self.last_fsync = self._now_ms()
         self.fsync_future = None
         self.delayed_fsync = 0
         # fsync latency (GET /metrics, INFO): count, total ns, and a histogram
@@ -83,12 +85,21 @@ class AppendOnlyFile:
         self.last_rewrite_time = -1
         self.rewrite: Rewrite | None = None     # the background rewrite in progress
         self.rewrite_retry_at = None
-        self.bio = ThreadPoolExecutor(1, thread_name_prefix="aof-bio")
         self.cron_handle = None
-        self.progress = LoadProgress()
+        self.progress = LoadProgress(self.clock)
         self.loaded_jobs = 0
         self.last_time_mark = -1        # aof-history: the ms of the last T record
-        self.synced_note = SyncedSizeNote.from_env(self.path)   # tests only
+        self.synced_note = synced_note
+
+    @classmethod
+    def in_process(cls, node, config, loop) -> "AppendOnlyFile":
+        """The process's writer: real files, a background thread, the event
+        loop, the time module (and the tests' SyncedSizeNote when asked for)."""
+        return cls(node, config, process_runtime(loop),
+                   synced_note=SyncedSizeNote.from_env(config.appendfilename))
+
+    def _now_ms(self) -> int:
+        return self.clock.monotonic_ns() // 1_000_000
 
     # ----------------------------------------------------- the driver's input
     def append(self, records: list) -> None:
@@ -146,12 +157,12 @@ class AppendOnlyFile:
         started = self._latency_start()
         try:
             while done < len(view):
-                done += os.write(self.fd, view[done:])
+                done += self.files.write(self.fd, view[done:])
         except OSError as e:
             if done:
                 # Take back a partial record so the file stays a sequence of records.
                 try:
-                    os.ftruncate(self.fd, self.current_size)
+                    self.files.ftruncate(self.fd, self.current_size)
                     done = 0
                 except OSError:
                     self.current_size += done
@@ -167,11 +178,11 @@ class AppendOnlyFile:
 
     # LATENCY's events (broker/latency.py), timed only while the monitor is on.
     def _latency_start(self) -> int:
-        return time.monotonic_ns() if self.node.latency_threshold_ns else 0
+        return self.clock.monotonic_ns() if self.node.latency_threshold_ns else 0
 
     def _latency_end(self, event: str, started: int) -> None:
         if started:
-            self.node.latency_sample(event, (time.monotonic_ns() - started) // 1_000_000)
+            self.node.latency_sample(event, (self.clock.monotonic_ns() - started) // 1_000_000)
 
     def _write_failed(self, e: OSError) -> None:
         self.last_write_status = "err"
@@ -181,23 +192,21 @@ class AppendOnlyFile:
                         "exiting.", e.strerror)
             self._fatal()
             return
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now - self.last_write_error_log > 30:
             self.last_write_error_log = now
             log.warning("Error writing to the AOF file: %s; will retry.", e.strerror)
 
     def _fatal(self) -> None:
-        if self.exit_on_fatal:
-            logging.shutdown()
-            os._exit(1)
-        raise OSError("fatal AOF error")
+        self.exit()
 
     def _timed_fdatasync(self, fd: int, size: int = -1) -> None:
-        """fdatasync, timed (runs in the main thread or the bio thread);
+        """fdatasync, timed (runs in the main thread or the background);
         ``size``: the file's size when it was asked for (the test hook's)."""
-        start = time.perf_counter_ns()
-        fdatasync(fd)
-        ns = time.perf_counter_ns() - start
+        perf_counter_ns = self.clock.perf_counter_ns
+        start = perf_counter_ns()
+        self.files.fdatasync(fd)
+        ns = perf_counter_ns() - start
         self.fsyncs += 1
         self.fsync_ns += ns
         self.fsync_latency[min(ns.bit_length(), 63)] += 1
@@ -213,12 +222,12 @@ class AppendOnlyFile:
                 self._fatal()
             return
         self.unsynced = False
-        self.last_fsync = _now_ms()
+        self.last_fsync = self._now_ms()
 
     def _fsync_if_due(self, rewriting: bool) -> None:
         """everysec: an fsync in the background thread once the policy says
         it is due (none while the previous one still runs: aof_delayed_fsync)."""
-        now = _now_ms()
+        now = self._now_ms()
         if not self.policy.fsync_due(now, self.last_fsync, rewriting):
             return
         self.last_fsync = now
@@ -250,14 +259,14 @@ class AppendOnlyFile:
         if self.fd is not None and self.unsynced:
             self._fsync_if_due(self.rewrite is not None)
         if (self.rewrite is None and self.rewrite_retry_at is not None
-                and time.monotonic() >= self.rewrite_retry_at):
+                and self.clock.monotonic() >= self.rewrite_retry_at):
             self.rewrite_retry_at = None
             self._start_rewrite()
 
     # ----------------------------------------------------------- lifecycle
     def _open_append(self) -> None:
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self.current_size = self.base_size = os.fstat(self.fd).st_size
+        self.fd = self.files.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.current_size = self.base_size = self.files.size(self.fd)
         if self.synced_note is not None:
             self.synced_note.opened(self.current_size)
 
@@ -286,7 +295,7 @@ class AppendOnlyFile:
             self.cron_handle = None
         fd, self.fd = self.fd, None
         if fd is not None:
-            self.bio.submit(os.close, fd)
+            self.bio.submit(self.files.close, fd)
         self.bio.shutdown(wait=True)
         if self.synced_note is not None:
             self.synced_note.close()
@@ -325,7 +334,7 @@ class AppendOnlyFile:
         except OSError as e:
             self.last_bgrewrite_status = "err"
             log.warning("Can't start the AOF rewrite: %s", e)
-            self.rewrite_retry_at = (time.monotonic() + REWRITE_RETRY
+            self.rewrite_retry_at = (self.clock.monotonic() + REWRITE_RETRY
                                      if self.state == "wait_rewrite" else None)
             if raise_errors:
                 raise CommandError(f"ERR Can't rewrite the append only file: {e.strerror}") from None
@@ -336,16 +345,17 @@ class AppendOnlyFile:
     def _rewrite_done(self, rw: Rewrite) -> None:
         """Swap the rewritten file in (in the event loop, synchronously)."""
         self.flush()        # whatever is pending goes to the old file and the rewrite
+        files = self.files
         try:
             started = self._latency_start()
             rw.write_captured()
             self._latency_end("aof-rewrite-diff-write", started)
             if self.policy.fsync_before_replies(rewriting=False):
-                os.fsync(rw.fd)
+                files.fsync(rw.fd)
             started = self._latency_start()
-            os.replace(rw.tmp, self.path)
+            files.replace(rw.tmp, self.path)
             self._latency_end("aof-rename", started)
-            new_fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            new_fd = files.open(self.path, os.O_WRONLY | os.O_APPEND)
         except OSError as e:
             rw.abort()
             self._rewrite_failed(e)
@@ -353,7 +363,7 @@ class AppendOnlyFile:
         old_fd, self.fd = self.fd, new_fd
         tmp_fd = rw.fd
         rw.fd = None
-        self.bio.submit(fsync_close_dir, tmp_fd, old_fd, self.path)
+        self.bio.submit(fsync_close_dir, files, tmp_fd, old_fd, self.path)
         if self.synced_note is not None:    # tests only: once the fsync above is done
             self.bio.submit(self.synced_note.synced, rw.size)
         self.rewrite = None
@@ -362,7 +372,7 @@ class AppendOnlyFile:
         self.current_size = self.base_size = rw.size
         self.unsynced = False
         self.last_bgrewrite_status = "ok"
-        self.last_rewrite_time = int(time.monotonic() - rw.started)
+        self.last_rewrite_time = int(self.clock.monotonic() - rw.started)
         was = self.state
         self.state = "on"
         if was == "wait_rewrite":
@@ -375,16 +385,16 @@ class AppendOnlyFile:
         self.last_bgrewrite_status = "err"
         log.warning("Background AOF rewrite failed: %s", e)
         if self.state == "wait_rewrite":
-            self.rewrite_retry_at = time.monotonic() + REWRITE_RETRY
+            self.rewrite_retry_at = self.clock.monotonic() + REWRITE_RETRY
 
     def rewrite_now(self) -> None:
         """A synchronous rewrite (SHUTDOWN REWRITE-AOF)."""
         if self.rewrite is not None:
             self.rewrite.abort()
         self.flush()
-        size = rewrite_file(self.node, self.path, self.policy.live_jobs)
+        size = rewrite_file(self.files, self.node, self.path, self.policy.live_jobs)
         if self.fd is not None:
-            os.close(self.fd)
+            self.files.close(self.fd)
         self._open_append()
         self.outbuf = b""
         self.unsynced = False
@@ -400,23 +410,38 @@ class AppendOnlyFile:
     async def load(self) -> None:
         """Load the AOF at start, a chunk per event-loop turn (clients get
         -LOADING meanwhile), then open it for appending. Raises AOFLoadError."""
+        steps = self._load()
+        try:
+            for _ in steps:
+                await asyncio.sleep(0)
+        finally:
+            steps.close()
+
+    def load_now(self) -> None:
+        """``load``, at once (the simulator's nodes, which start in one step)."""
+        for _ in self._load():
+            pass
+
+    def _load(self):
+        """The load: a generator, yielding after each chunk of the file."""
         self.state = "loading"
         self.node.loading = True
-        self.progress.start = int(time.time())
-        started = time.monotonic()
+        self.progress.start = int(self.clock.time())
+        started = self.clock.monotonic()
+        files = self.files
         try:
-            if os.path.exists(self.path):
+            if files.exists(self.path):
                 loader = self._loader(self.node.clock())
-                torn = await aof_load.read_file(self.path, loader, self.progress)
+                torn = yield from aof_load.read_file(files, self.path, loader, self.progress)
                 self._after_load(loader, torn)
                 if loader.scanner.version is not None and loader.scanner.version < fmt.VERSION:
-                    upgrade_header(self.path)
+                    files.upgrade_header(self.path)
             else:
                 log.info("No append only file %s yet: starting with an empty one", self.path)
-                create_empty(self.path)
+                files.create_empty(self.path)
             self._open_append()
         except fmt.CorruptAOF as e:
-            raise AOFLoadError(aof_load.corrupt_message(self.path, e)) from None
+            raise AOFLoadError(aof_load.corrupt_message(self.files, self.path, e)) from None
         except OSError as e:
             raise AOFLoadError(f"Can't open the append only file {self.path}: {e}") from None
         self.state = "on"
@@ -424,11 +449,11 @@ class AppendOnlyFile:
         aof_load.reset_enqueue_once(self.config, self.node.host)
         self.start_cron()
         log.info("DB loaded from append only file: %.3f seconds (%d jobs)",
-                 time.monotonic() - started, self.node.job_count)
+                 self.clock.monotonic() - started, self.node.job_count)
 
     def _after_load(self, loader, torn) -> None:
         self.loaded_jobs = self.node.job_count
-        aof_load.settle(self.path, loader, torn, self.config.aof_load_truncated)
+        aof_load.settle(self.files, self.path, loader, torn, self.config.aof_load_truncated)
 
     def debug_loadaof(self) -> None:
         """DEBUG LOADAOF: write and fsync, drop every job, load the file again."""
@@ -444,15 +469,15 @@ class AppendOnlyFile:
         lifecycle.flush_all(node, record=False)
         loader = self._loader(node.clock())
         try:
-            torn = aof_load.read_file_now(self.path, loader)
+            torn = aof_load.read_file_now(self.files, self.path, loader)
             self._after_load(loader, torn)
         except (fmt.CorruptAOF, AOFLoadError, OSError) as e:
-            msg = (aof_load.corrupt_message(self.path, e) if isinstance(e, fmt.CorruptAOF)
+            msg = (aof_load.corrupt_message(self.files, self.path, e) if isinstance(e, fmt.CorruptAOF)
                    else str(e))
             log.warning("DEBUG LOADAOF: %s", msg)
             raise CommandError(f"ERR Error loading the append only file: {msg}") from None
         if torn is not None:    # truncated: reopen at the new end
-            os.close(self.fd)
+            self.files.close(self.fd)
             self._open_append()
         aof_load.reset_enqueue_once(self.config, self.node.host)
 
@@ -469,7 +494,7 @@ class AppendOnlyFile:
             ("aof_rewrite_scheduled", int(self.rewrite_retry_at is not None)),
             ("aof_last_rewrite_time_sec", self.last_rewrite_time),
             ("aof_current_rewrite_time_sec",
-             int(time.monotonic() - rw.started) if rw is not None else -1),
+             int(self.clock.monotonic() - rw.started) if rw is not None else -1),
             ("aof_last_bgrewrite_status", self.last_bgrewrite_status),
             ("aof_last_write_status", self.last_write_status),
             ("aof_fsync_policy", self.config.appendfsync),

@@ -1,18 +1,17 @@
-"""Loading the AOF: at start, a chunk per event-loop turn (clients get -LOADING
-meanwhile, INFO shows the progress), or at once (DEBUG LOADAOF). The bytes go
-to broker/aof_format.py's Loader; this module reads the file, deals with a torn
-tail (aof-load-truncated) and says what is wrong when the file cannot load."""
+"""Loading the AOF: at start, a chunk at a time (the process serves a turn of
+its event loop between two: clients get -LOADING meanwhile, INFO shows the
+progress), or at once (DEBUG LOADAOF). The bytes go to broker/aof_format.py's
+Loader; this module reads the file (through the writer's file system:
+server/aof_files.py), deals with a torn tail (aof-load-truncated) and says what
+is wrong when the file cannot load."""
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 import os
-import time
 
 from broker import aof_format as fmt
-from server.aof_files import create_empty
 from server.disque_import import disque_aof_hint
 
 log = logging.getLogger("server.aof")
@@ -26,16 +25,18 @@ class AOFLoadError(Exception):
 
 
 class LoadProgress:
-    """How far the load at start is (INFO loading_* fields)."""
+    """How far the load at start is (INFO loading_* fields); ``clock``: the
+    writer's (its ``time()``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock) -> None:
+        self.clock = clock
         self.start = 0          # unix time (s)
         self.total = 0          # bytes
         self.done = 0
 
     def info_fields(self) -> list:
         total = self.total or 1
-        elapsed = max(1, int(time.time()) - self.start)
+        elapsed = max(1, int(self.clock.time()) - self.start)
         done = self.done
         eta = int((self.total - done) * elapsed / done) if done else 1
         return [
@@ -47,22 +48,25 @@ class LoadProgress:
         ]
 
 
-async def read_file(path: str, loader: fmt.Loader, progress: LoadProgress):
-    """Feed the file to ``loader`` a chunk per event-loop turn; returns the
-    torn tail or None. The cyclic GC is off meanwhile (millions of new objects,
-    none in a cycle)."""
+def read_file(files, path: str, loader: fmt.Loader, progress: LoadProgress):
+    """Feed the file to ``loader`` a chunk at a time: a generator, yielding
+    after each chunk, that returns the torn tail or None. The cyclic GC is off
+    meanwhile (millions of new objects, none in a cycle)."""
     gc_was = gc.isenabled()
     gc.disable()
     try:
-        with open(path, "rb") as f:
-            progress.total = os.fstat(f.fileno()).st_size
+        fd = files.open(path, os.O_RDONLY)
+        try:
+            progress.total = files.size(fd)
             while True:
-                chunk = f.read(LOAD_CHUNK)
+                chunk = files.read(fd, LOAD_CHUNK)
                 if not chunk:
                     break
                 loader.feed(chunk)
                 progress.done += len(chunk)
-                await asyncio.sleep(0)
+                yield
+        finally:
+            files.close(fd)
         return loader.finish()
     finally:
         if loader.stats["jobs"] >= FREEZE_AFTER_LOAD:
@@ -75,20 +79,23 @@ async def read_file(path: str, loader: fmt.Loader, progress: LoadProgress):
             gc.enable()
 
 
-def read_file_now(path: str, loader: fmt.Loader):
+def read_file_now(files, path: str, loader: fmt.Loader):
     """Feed the whole file to ``loader`` at once; returns the torn tail or None."""
-    with open(path, "rb") as f:
+    fd = files.open(path, os.O_RDONLY)
+    try:
         while True:
-            chunk = f.read(LOAD_CHUNK)
+            chunk = files.read(fd, LOAD_CHUNK)
             if not chunk:
                 break
             loader.feed(chunk)
+    finally:
+        files.close(fd)
     return loader.finish()
 
 
-def corrupt_message(path: str, e: fmt.CorruptAOF) -> str:
+def corrupt_message(files, path: str, e: fmt.CorruptAOF) -> str:
     if isinstance(e, fmt.BadHeader):
-        hint = disque_aof_hint(path)
+        hint = disque_aof_hint(path, read_head(files, path))
         return (f"Bad file format reading the append only file {path}: {e}"
                 + (f". {hint}" if hint else ""))
     return (f"Bad file format reading the append only file {path}: {e}. "
@@ -96,12 +103,26 @@ def corrupt_message(path: str, e: fmt.CorruptAOF) -> str:
             f"(or investigate: the damage is not a torn last record)")
 
 
-def settle(path: str, loader: fmt.Loader, torn, load_truncated: bool) -> None:
+def read_head(files, path: str, size: int = 16) -> bytes:
+    """The first bytes of ``path`` (empty if it cannot be read)."""
+    try:
+        fd = files.open(path, os.O_RDONLY)
+    except OSError:
+        return b""
+    try:
+        return files.read(fd, size)
+    except OSError:
+        return b""
+    finally:
+        files.close(fd)
+
+
+def settle(files, path: str, loader: fmt.Loader, torn, load_truncated: bool) -> None:
     """After a load: an empty file gets its header; a torn tail is cut off if
     aof-load-truncated allows (else AOFLoadError)."""
     st = loader.stats
     if torn is None and not loader.scanner.header_ok:     # an empty file
-        create_empty(path)
+        files.create_empty(path)
     if torn is not None:
         if not load_truncated:
             raise AOFLoadError(
@@ -112,9 +133,9 @@ def settle(path: str, loader: fmt.Loader, torn, load_truncated: bool) -> None:
                     "Truncating it to %d bytes (aof-load-truncated yes).",
                     path, torn, torn.offset)
         if torn.offset < fmt.FILE_HEADER_SIZE:
-            create_empty(path)
+            files.create_empty(path)
         else:
-            os.truncate(path, torn.offset)
+            files.truncate(path, torn.offset)
     log.info("AOF %s: %d records, %d job records, %d deleted, %d acked, %d expired",
              path, st["records"], st["jobs"], st["deleted"], st["acked"], st["expired"])
 

@@ -7,18 +7,17 @@ logged meanwhile is also kept for the new file if its job's shard was already
 walked (the walk sees the others as they are when it gets there). When the walk
 is done the kept records are appended and the file is fsynced; the writer
 (server/aof.py) then renames it over the old one (os.replace: atomic). Which
-jobs a rewrite keeps is the policy's (broker/aof_policy.py) ``live_jobs``.
+jobs a rewrite keeps is the policy's (broker/aof_policy.py) ``live_jobs``. Its
+files, background work, slices and clock are the writer's (server/aof_runtime.py).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 
 from broker import aof_format as fmt
 from broker.aof_policy import AOFPolicy
-from server.aof_files import fsync_dir, unlink_quietly, write_all
 
 log = logging.getLogger("server.aof")
 
@@ -45,52 +44,54 @@ def snapshot_chunks(node, start: int, stop: int, now: int | None = None,
         yield fmt.encode_jobs(batch)
 
 
-def rewrite_file(node, path: str, live_jobs=AOFPolicy.live_jobs) -> int:
+def rewrite_file(files, node, path: str, live_jobs=AOFPolicy.live_jobs) -> int:
     """Rewrite the AOF at ``path`` from the node's jobs, now: a temporary file,
     fsynced, renamed over it. Returns its size."""
-    tmp = f"temp-rewriteaof-{os.getpid()}.aof"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    tmp = f"temp-rewriteaof-{files.getpid()}.aof"
+    fd = files.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         size = 0
         for chunk in snapshot_chunks(node, 0, fmt.SHARDS_COUNT, header=True,
                                      live_jobs=live_jobs):
-            write_all(fd, chunk)
+            files.write_all(fd, chunk)
             size += len(chunk)
-        os.fsync(fd)
+        files.fsync(fd)
     except BaseException:
-        os.close(fd)
-        unlink_quietly(tmp)
+        files.close(fd)
+        files.unlink_quietly(tmp)
         raise
-    os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path)
+    files.close(fd)
+    files.replace(tmp, path)
+    files.fsync_dir(path)
     return size
 
 
-def fsync_close_dir(tmp_fd, old_fd, path) -> None:
+def fsync_close_dir(files, tmp_fd, old_fd, path) -> None:
     """Background part of a rewrite swap: make the new file and the rename
     durable, close the old descriptor."""
     try:
-        os.fsync(tmp_fd)
+        files.fsync(tmp_fd)
     except OSError as e:
         log.warning("fsync of the rewritten AOF failed: %s", e)
-    os.close(tmp_fd)
+    files.close(tmp_fd)
     if old_fd is not None:
-        os.close(old_fd)
-    fsync_dir(path)
+        files.close(old_fd)
+    files.fsync_dir(path)
 
 
 class Rewrite:
-    """One background rewrite of ``aof`` (the AppendOnlyFile: its node, loop,
-    policy and background thread; told ``_rewrite_done``/``_rewrite_failed``):
-    walks the job shards into a temporary file a slice at a time, keeping the
-    records logged meanwhile for walked shards."""
+    """One background rewrite of ``aof`` (the AppendOnlyFile: its node,
+    policy, files, scheduler, clock and background work; told
+    ``_rewrite_done``/``_rewrite_failed``): walks the job shards into a
+    temporary file a slice at a time, keeping the records logged meanwhile for
+    walked shards."""
 
     def __init__(self, aof) -> None:
         self.aof = aof
-        self.tmp = f"temp-rewriteaof-bg-{os.getpid()}.aof"
-        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        self.started = time.monotonic()
+        self.files = files = aof.files
+        self.tmp = f"temp-rewriteaof-bg-{files.getpid()}.aof"
+        self.fd = files.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.started = aof.clock.monotonic()
         self.cursor = 0             # next shard to walk
         self.captured: list = []
         self.captured_len = 0
@@ -105,7 +106,7 @@ class Rewrite:
             raise
 
     def _write(self, data: bytes) -> None:
-        write_all(self.fd, data)
+        self.files.write_all(self.fd, data)
         self.size += len(data)
 
     def schedule(self) -> None:
@@ -136,8 +137,8 @@ class Rewrite:
         self.captured_len += len(kept)
 
     def restart(self) -> None:
-        os.ftruncate(self.fd, fmt.FILE_HEADER_SIZE)
-        os.lseek(self.fd, fmt.FILE_HEADER_SIZE, os.SEEK_SET)
+        self.files.ftruncate(self.fd, fmt.FILE_HEADER_SIZE)
+        self.files.lseek(self.fd, fmt.FILE_HEADER_SIZE, os.SEEK_SET)
         self.size = fmt.FILE_HEADER_SIZE
         self.cursor = 0
         self.captured = []
@@ -150,7 +151,8 @@ class Rewrite:
         aof = self.aof
         node = aof.node
         live_jobs = aof.policy.live_jobs
-        deadline = time.perf_counter() + REWRITE_SLICE
+        perf_counter = aof.clock.perf_counter
+        deadline = perf_counter() + REWRITE_SLICE
         now = node.clock()
         try:
             cursor = self.cursor
@@ -162,7 +164,7 @@ class Rewrite:
                 if len(batch) >= fmt.MAX_JOBS_PER_RECORD:
                     self._write(fmt.encode_jobs(batch))
                     batch = []
-                if time.perf_counter() > deadline:
+                if perf_counter() > deadline:
                     break
             if batch:
                 self._write(fmt.encode_jobs(batch))
@@ -170,14 +172,14 @@ class Rewrite:
             if (aof.config.aof_rewrite_incremental_fsync
                     and self.size - self.synced_size >= INCREMENTAL_FSYNC):
                 self.synced_size = self.size
-                aof.bio.submit(os.fsync, self.fd)
+                aof.bio.submit(self.files.fsync, self.fd)
             if cursor < fmt.SHARDS_COUNT:
                 self.handle = aof.loop.call_soon(self.step)
                 return
             # Walk done: write what was kept so far, fsync in the background,
             # then swap in the event loop.
             self.write_captured()
-            fut = aof.bio.submit(os.fsync, self.fd)
+            fut = aof.bio.submit(self.files.fsync, self.fd)
             fut.add_done_callback(self._synced_threadsafe)
         except OSError as e:
             self.abort()
@@ -215,9 +217,9 @@ class Rewrite:
         if self.fd is not None:
             fd, self.fd = self.fd, None
             try:
-                self.aof.bio.submit(os.close, fd)
+                self.aof.bio.submit(self.files.close, fd)
             except RuntimeError:        # executor already shut down
-                os.close(fd)
-        unlink_quietly(self.tmp)
+                self.files.close(fd)
+        self.files.unlink_quietly(self.tmp)
         if self.aof.rewrite is self:
             self.aof.rewrite = None

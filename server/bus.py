@@ -45,8 +45,8 @@ from typing import Any, Callable, Sequence
 from cluster.outputs import Link
 from protocol.bus import (
     AUTH_ACCEPT, AUTH_HELLO, AUTH_NONCE_SIZE, AUTH_PROOF, DEFAULT_MAX_FRAME_SIZE, AuthMessage,
-    BusCodec, BusMessage, BusProtocolError, FrameReader, FrameSigner, auth_proof, encode_auth,
-    session_keys,
+    BusCodec, BusMessage, BusProtocolError, BusVersionError, FrameReader, FrameSigner,
+    auth_proof, encode_auth, session_keys,
 )
 from server import listeners
 
@@ -130,6 +130,9 @@ class _Conn:
                 on_message(self.link, msg)
                 if self.closed:
                     return
+        except BusVersionError as refusal:      # its own name: one type per variable compiled
+            self.bus._refuse(self, refusal)
+            self.abort()
         except BusProtocolError as exc:
             what = ("authentication failed" if self.auth is not None or self.secrets
                     else "protocol error")
@@ -345,6 +348,9 @@ class ClusterBus:
         self.generation = 0
         self._relisten: asyncio.Lock | None = None
         self._warned: dict[str, float] = {}
+        # (node id or address, its versions) of each peer refused for its
+        # bus versions: logged once (_refuse)
+        self._refused: set[tuple[str, int, int]] = set()
         # cluster-bus-route (ext): announced bus address -> address to dial.
         self.routes: dict[tuple[str, int], tuple[str, int]] = {}
 
@@ -421,6 +427,20 @@ class ClusterBus:
             if not self._closing:
                 self._servers = await listeners.reserve(
                     self._servers, lambda: self._new_conn(None), self.ssl_server)
+
+    def _refuse(self, conn: _Conn, exc: BusVersionError) -> None:
+        """A peer with no bus version in common: one warning per peer and
+        versions for the process's life (it redials every second), the
+        repeats at the debug level."""
+        ip = conn.link.peer_ip
+        key = (exc.sender or ip, exc.peer_lo, exc.peer_hi)
+        if key in self._refused:
+            log.debug("Bus link with %s refused again: %s", ip, exc)
+            return
+        self._refused.add(key)
+        log.warning("Bus link with %s refused: %s; %s", ip, exc,
+                    "upgrade this node to a release that speaks it"
+                    if exc.peer_is_newer else "upgrade that node")
 
     def _warn(self, key: str, fmt: str, *args) -> None:
         """A warning, at most once per 10 s per ``key`` (peer address and

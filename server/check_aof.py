@@ -15,6 +15,10 @@ The import exits with the same codes: 1 when the Disque AOF ends in the
 middle of a command (Disque's own ``disque-check-aof --fix`` cuts it), 2 when
 it is damaged before its end (both with the byte offset), 3 on usage or I/O
 errors (an output file that exists is not overwritten).
+
+``--to-version 2`` rewrites a valid file as format version 2, which the
+previous release reads (a downgrade: docs/operations.md, Upgrades): version 3
+differs only by its job records' field order, so every file converts.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import os
 import sys
 
 from broker import aof_format as fmt
+from disquette import aof_codec as codec
 from protocol import disque_aof
 from server import disque_import
 
@@ -51,6 +56,46 @@ def _truncate(path: str, offset: int) -> None:
         os.fsync(f.fileno())
 
 
+def _values(col):
+    """A decoded column as a list (or None, or an all-zero column's int 0)."""
+    return col if col is None or isinstance(col, int) else list(col)
+
+
+def to_version(path: str, version: int) -> int:
+    """Rewrite the valid AOF at ``path`` in format ``version`` (2: its C and
+    c job records as version 2's J and j, by the codec's encoders; the other
+    records, version 2's already, as they are), atomically. The job records
+    rewritten."""
+    rewritten = 0
+    tmp = f"{path}.to-version-{version}"
+    scanner = codec.Scanner()
+    with open(path, "rb") as src, open(tmp, "wb") as out:
+        out.write(codec.file_header(version))
+        for data in _chunks(src):
+            for _, payload in scanner.feed(data):
+                kind = payload[0]
+                if kind == codec.REC_JOBS or kind == codec.REC_JOB_ROWS:
+                    cols = [_values(c) for c in codec.decode_jobs(payload)]
+                    n = len(cols[0])
+                    rows = [list(row) for row in zip(*(
+                        [c] * n if c is None or isinstance(c, int) else c for c in cols))]
+                    encode = (codec.encode_job_columns if kind == codec.REC_JOBS
+                              else codec.encode_job_rows)
+                    out.write(encode(rows, version))
+                    rewritten += 1
+                else:
+                    out.write(codec.encode_record(bytes(payload)))
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return rewritten
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="disquette-check-aof",
@@ -69,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", metavar="FILE", default="disque.aof",
                    help="with --import-disque: the Disquette AOF to write (default "
                         "disque.aof); never overwritten")
+    p.add_argument("--to-version", type=int, choices=[2],
+                   help="rewrite a valid file as format version 2, which the previous "
+                        "release reads (stop the node first)")
     args = p.parse_args(argv)
     if args.import_disque is not None:
         if args.file is not None or args.fix:
@@ -81,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.file, "rb") as f:
             # The file's size, not what the check read: it stops at the damage.
             size = os.fstat(f.fileno()).st_size
+            head = f.read(16)
+            f.seek(0)
             s = fmt.check_chunks(_chunks(f))
     except OSError as e:
         print(f"Cannot read {args.file}: {e.strerror}", file=sys.stderr)
@@ -96,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         e = s.corrupt
         print(f"AOF is corrupt: {e.reason} at byte offset {e.offset}", file=out)
         if isinstance(e, fmt.BadHeader):
-            print(disque_import.disque_aof_hint(args.file)
+            print(disque_import.disque_aof_hint(args.file, head)
                   or "This is not a file this version of Disquette can load.", file=out)
             return 2
         lost = size - e.offset
@@ -120,6 +170,18 @@ def main(argv: list[str] | None = None) -> int:
         print("Run with --fix to truncate it.", file=out)
         return 1
     print("AOF is valid", file=out)
+    if args.to_version is not None:
+        if s.version == args.to_version:
+            print(f"It is format version {args.to_version} already.", file=out)
+            return 0
+        try:
+            rewritten = to_version(args.file, args.to_version)
+        except OSError as e:
+            print(f"Cannot rewrite {args.file}: {e.strerror}", file=sys.stderr)
+            return 3
+        print(f"Rewrote the AOF as format version {args.to_version} ({rewritten} job records "
+              f"in version {args.to_version}'s field order): a node of the previous release "
+              "loads it.", file=out)
     return 0
 
 

@@ -16,7 +16,7 @@ on counts the monotonic clock's progress (docs/operations.md, Clocks):
   (SIGSTOP, a VM pause), after which the time did pass.
 
 :class:`SteadyClock` is pure (readings in, node time out), so the simulator's
-hosts (server/sim_node.py) run the same rule on their jumping clocks;
+hosts (server/sim/broker_node.py) run the same rule on their jumping clocks;
 :func:`process_clock` feeds it the real clocks.
 """
 

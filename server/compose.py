@@ -1,6 +1,7 @@
 """How a node is put together: the one composition of Node + Cluster + output
 driver, used by the process (server/process.py), the in-process node
-(server/inprocess.py) and the simulator's broker node (server/sim_node.py).
+(server/sim/inprocess.py) and the simulator's broker node
+(server/sim/broker_node.py).
 Each brings its own clock, randomness, host effects, bus and disk; what they
 get is the same node, with the same command table (rename-command applied).
 """

@@ -30,10 +30,10 @@ import random
 from typing import NamedTuple
 
 from broker import aof_format as fmt
-from broker.job import FLAG_DELIVERED, Job, holders_of
+from broker.job import FLAG_DELIVERED, HolderLists, Job
 from cluster.membership import Membership
 from protocol import disque_aof
-from server.aof_files import fsync_dir, unlink_quietly
+from server.aof_files import OSFiles
 
 DISQUE_BUS_OFFSET = 10000       # Disque's bus port: its port + 10000
 # Disque's nodes.conf flags a Disquette node keeps at start; the others
@@ -80,8 +80,9 @@ def read_disque_nodes(text: str) -> DisqueNodes:
     return DisqueNodes(mine.id, frozenset(table.nodes), table.to_nodes_conf())
 
 
-def job_of(d: disque_aof.DisqueJob, known: frozenset | None) -> Job:
-    """The Job a Disque job is here (see the module's docstring)."""
+def job_of(d: disque_aof.DisqueJob, known: frozenset | None, shared: HolderLists) -> Job:
+    """The Job a Disque job is here (see the module's docstring); its holders
+    one of ``shared``'s lists."""
     job = Job(d.id, d.queue, d.body, d.state, d.repl, d.etime * 1000, d.ctime, d.delay,
               d.retry)
     if d.flags & disque_aof.FLAG_DELIVERED:
@@ -91,7 +92,7 @@ def job_of(d: disque_aof.DisqueJob, known: frozenset | None) -> Job:
     if known is not None:
         holders = [n for n in d.nodes_delivered if n in known]
         if holders:
-            job.nodes_delivered = holders_of(holders)
+            job.nodes_delivered = shared.of(holders)
     if d.delay:
         # ctime: ms * 1,000,000 + counter. A delay already over is in the
         # past: the loader then re-queues by RETRY, from its own now.
@@ -108,18 +109,14 @@ def convert(data: bytes, nodes: DisqueNodes | None = None) -> Imported:
     """A Disque AOF's bytes as a Disquette AOF's; DisqueAOFError (with the
     offset) if it is damaged or cut."""
     known = nodes.known if nodes is not None else None
-    jobs = [job_of(d, known) for d in disque_aof.live_jobs(data)]
+    shared = HolderLists()
+    jobs = [job_of(d, known, shared) for d in disque_aof.live_jobs(data)]
     return Imported(jobs, fmt.file_header() + fmt.encode_jobs(jobs))
 
 
-def disque_aof_hint(path: str) -> str | None:
-    """For a file that is not a Disquette AOF: if it is a Disque one, what
-    to do with it (else None)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(16)
-    except OSError:
-        return None
+def disque_aof_hint(path: str, head: bytes) -> str | None:
+    """For a file that is not a Disquette AOF (``head``: its first bytes): if
+    it is a Disque one, what to do with it (else None)."""
     if not disque_aof.looks_like_disque_aof(head):
         return None
     return (f"{path} is a Disque AOF: import it with disquette-check-aof --import-disque "
@@ -139,6 +136,6 @@ def write_new(path: str, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        unlink_quietly(tmp)
+        OSFiles().unlink_quietly(tmp)
         raise
-    fsync_dir(path)
+    OSFiles.fsync_dir(path)

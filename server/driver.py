@@ -1,8 +1,8 @@
 # compiled: mypyc (setup.py builds each module whose first line this is)
 """The output driver: the one place that carries a node's outputs out, in the
 order persistence needs. Used by the process (server/process.py, with its RESP
-shell and the cluster bus), by in-process nodes (server/inprocess.py: fast tests,
-the simulator) and by any future shell (HTTP...).
+shell and the cluster bus), by in-process nodes (server/sim/inprocess.py: fast
+tests, the simulator) and by any future shell (HTTP...).
 
 The core's outputs (DESIGN.md) are:
 - replies: the value handle_command returns (the shell encodes and writes it)
@@ -188,7 +188,7 @@ class OutputDriver:
                 bus.uncork()
 
     def _apply(self, outputs: list) -> None:
-        frames: dict[int, bytes] = {}     # a broadcast is encoded once
+        frames: dict[tuple[int, int], bytes] = {}   # a broadcast, once per version
         bus = self.bus
         # The bus's frame size limit (the process's follows proto-max-bulk-len).
         limit = getattr(bus, "max_frame_size", DEFAULT_MAX_FRAME_SIZE)
@@ -199,14 +199,16 @@ class OutputDriver:
                 if not self.encode:
                     bus.send_output(out)        # the Send itself (in-process, simulator)
                     continue
-                frame = frames.get(id(out.msg))
+                key = (id(out.msg), out.version)
+                frame = frames.get(key)
                 if frame is None:
                     try:
-                        frame = frames[id(out.msg)] = self.codec.encode_frame(out.msg, limit)
+                        frame = frames[key] = self.codec.encode_frame(out.msg, limit,
+                                                                      out.version)
                     except BusProtocolError as e:
                         if out.msg.type == BATCH:
                             # Too big for one frame: one frame per message.
-                            self._apply([Send(out.node_id, out.ip, out.bus_port, m)
+                            self._apply([Send(out.node_id, out.ip, out.bus_port, m, out.version)
                                          for m in unbatch(out.msg)])
                             continue
                         log.warning("Not sending %s: %s", out.msg.type_name, e)

@@ -220,7 +220,7 @@ class Server:
         self.driver.set_aof(aof)
 
     async def load_aof(self) -> None:
-        aof = AppendOnlyFile(self.node, self.config, self.loop)
+        aof = AppendOnlyFile.in_process(self.node, self.config, self.loop)
         self.attach_aof(aof)
         try:
             await aof.load()

@@ -25,7 +25,7 @@ def config_changed(server, name: str) -> None:
     node = server.node
     if name == "appendonly":
         if config.appendonly and server.aof is None:
-            aof = AppendOnlyFile(node, config, server.loop)
+            aof = AppendOnlyFile.in_process(node, config, server.loop)
             try:
                 aof.enable_at_runtime()
             except CommandError:

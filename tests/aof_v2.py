@@ -1,7 +1,7 @@
 """An AOF of format version 2 (the J and j job records, fields in the older
 order), made by the code that wrote version 2, and what that code read from
 it: tests/data/aof-v2.aof and tests/data/aof-v2.json, against which
-tests/unit/test_aof_format.py and tests/spark/test_aof_read.py hold the
+tests/unit/broker/test_aof_format.py and tests/spark/test_aof_read.py hold the
 loader and the Spark reader of today.
 
 The fixture was made on main at commit 8079746 (the last version 2 writer),
@@ -24,7 +24,6 @@ from pathlib import Path
 from broker import aof_format as fmt
 from broker.commands import COMMANDS
 from broker.config import Config
-from broker.job import holders_of
 from broker.node import Node
 from disquette.spark.aof_files import plan
 from disquette.spark.aof_rows import read_range
@@ -97,7 +96,7 @@ def make() -> tuple[bytes, int]:
     for jid in ids[9:14]:
         job = node.get_job(jid)
         if job is not None:
-            job.nodes_delivered = holders_of((*PEERS[:1 + len(jid) % 2], node.myself_id))
+            job.nodes_delivered = node.holders.of((*PEERS[:1 + len(jid) % 2], node.myself_id))
     live = sorted(node.iter_jobs(), key=lambda j: j.id)
     out.append(fmt.encode_jobs(live))                           # columns, keys among them
     out.append(fmt.encode_jobs([j for j in live if j.idem_key is None][:16]))   # no keys

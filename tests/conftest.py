@@ -1,5 +1,5 @@
 """Shared fixtures: real nodes as subprocesses (see tests/harness.py), and a
-whole node in this process for what crosses no socket (server/inprocess.py)."""
+whole node in this process for what crosses no socket (server/sim/inprocess.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from server.inprocess import InProcessNode
+from server.sim.inprocess import InProcessNode
 from tests.harness import NodeFactory, NodeProcess, pydisque_run as _pydisque_run, wait_until as _wait_until
 
 _FACTORIES = pytest.StashKey[list[NodeFactory]]()

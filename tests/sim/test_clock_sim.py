@@ -1,9 +1,9 @@
 """Clock faults in the simulator (issue 25): hosts whose clocks start skewed
 by up to two minutes either way, then jump forward and back and strobe
-(cluster/sim.py jump_clock, strobe_clock), every node reading its host's
+(server/sim/simulation.py jump_clock, strobe_clock), every node reading its host's
 clock through the process's rule (server/clock.py SteadyClock).
 
-- The delivery workload (tests/sim/workload.py, ``clocks=True``) keeps every
+- The delivery workload (server/sim/workload.py, ``clocks=True``) keeps every
   invariant of tests/sim/test_delivery_sim.py (nothing acknowledged lost, RETRY
   0 never delivered twice, acks collected...), and no requeue storm.
 - TTL probes: jobs nobody consumes, watched on every node at every poll. No job
@@ -27,13 +27,13 @@ import pytest
 from broker.job import Job
 from chaos.checker import STORM_DELIVERIES
 from cluster import replication
-from cluster.sim import Simulation
 from protocol import bus
 from protocol.resp import Status
 from server.clock import STEP_MS, SteadyClock
-from server.sim_node import broker_factory
-from tests.sim.workload import Workload, clock_fault
-from tests.unit.test_bus_frames import read_all, sample
+from server.sim.broker_node import broker_factory
+from server.sim.simulation import Simulation
+from server.sim.workload import Workload, clock_fault
+from tests.unit.protocol.test_bus import read_all, sample
 
 TOTAL_SEEDS = int(os.environ.get("SIM_CLOCK_SEEDS", "100"))
 PER_CHUNK = 25              # seeds a test runs (each well inside pytest's timeout)
@@ -88,11 +88,11 @@ def storms(w: Workload) -> list:
     """Jobs delivered more than STORM_DELIVERIES times within 1 s of true time
     with no NACK between the deliveries (chaos/checker.py's requeue storm)."""
     times = defaultdict(list)
-    for jid, t, _host in w.deliveries:
+    for jid, t, _host in w.checker.deliveries:
         times[jid].append(t)
     out = []
     for jid, ts in times.items():
-        nacks = w.nacked_at.get(jid, ())
+        nacks = w.checker.nacked_at.get(jid, ())
         kept = [ts[0]] + [b for a, b in zip(ts, ts[1:]) if not any(a <= n <= b for n in nacks)]
         first = 0
         for last, t in enumerate(kept):

@@ -1,5 +1,6 @@
 """SPEC section 9 invariants over thousands of seeded simulations of whole broker
-clusters (cluster/sim.py + server/sim_node.py), with partitions (both ways and
+clusters (server/sim/: the simulation, its broker nodes, the workload and its
+checker), with partitions (both ways and
 one way), message loss, duplication and reordering, crashes and restarts.
 
 Seeds also run with an AOF on each host's simulated disk (appendfsync always or
@@ -23,7 +24,7 @@ import os
 
 import pytest
 
-from tests.sim.workload import Workload
+from server.sim.workload import Workload
 
 TOTAL_SEEDS = int(os.environ.get("SIM_SEEDS", "10000"))
 CHUNKS = 20
@@ -52,7 +53,7 @@ def test_a_seed_replays_identically():
     a, b = Workload(4242), Workload(4242)
     ra, rb = a.run(), b.run()
     assert a.sim.digest() == b.sim.digest()
-    assert a.deliveries == b.deliveries and ra.produced == rb.produced
+    assert a.checker.deliveries == b.checker.deliveries and ra.produced == rb.produced
 
 
 def test_without_faults_every_job_is_delivered_and_collected():
@@ -69,10 +70,10 @@ def test_without_faults_every_job_is_delivered_and_collected():
         assert report.rereleased == 0, f"seed={seed}: held copies left after their release"
         held += report.held
         released += report.released
-        produced = {j for j, p in w.produced.items()}
-        delivered = {d[0] for d in w.deliveries}
+        produced = {j for j, p in w.checker.produced.items()}
+        delivered = {d[0] for d in w.checker.deliveries}
         # (short-TTL jobs may expire first, as they should)
-        produced = {j for j in produced if w.produced[j]["ttl"] >= 60}
+        produced = {j for j in produced if w.checker.produced[j]["ttl"] >= 60}
         assert produced <= delivered, f"seed={seed}: never delivered {produced - delivered}"
         deliveries += report.deliveries
         duplicates += report.duplicates

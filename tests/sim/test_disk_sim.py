@@ -1,28 +1,31 @@
-"""The simulated disk (cluster/sim.py SimDisk) under a broker node's AOF
-(server/disk_aof.py): what is acknowledged under appendfsync always survives
-any crash; what was not fsynced is lost; a failed write stops the node (always)
-or refuses new jobs (everysec, -MISCONF).
+"""The simulated disk (server/sim/disk.py SimDisk) under a broker node's AOF,
+written by the server's own writer (server/aof.py): what is acknowledged under
+appendfsync always survives any crash; what was not fsynced is lost; a failed
+write stops the node (always) or refuses new jobs (everysec, -MISCONF).
 
-The simulator's writer and the file writer (server/aof.py) ask one policy
-object (broker/aof_policy.py) when to fsync, when to rewrite and what a rewrite
-keeps: a seeded durability scenario shows each decision of that object in what
-survives a power loss, so a writer with its own copy of the rules fails here.
+The writer asks one policy object (broker/aof_policy.py) when to fsync, when
+to rewrite and what a rewrite keeps: a seeded durability scenario shows each
+decision of that object in what survives a power loss, so a writer with its
+own copy of the rules fails here.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 
 import pytest
 
 from broker import aof_format as fmt
 from broker.aof_format import FILE_HEADER_SIZE, REC_HEADER_SIZE, file_header
 from broker.aof_policy import EVERYSEC_MS, AOFPolicy
-from cluster.sim import SimDisk, Simulation
 from protocol.resp import Error, Status
-from server.sim_node import broker_factory
-from tests.sim.workload import Workload
+from server.sim.broker_node import broker_factory
+from server.sim.disk import AOF, SimDisk
+from server.sim.simulation import Simulation
+from server.sim.workload import Workload
+from tests.unit.broker.test_aof_format import pinned_jobs
 
 
 def one_node(policy=None, **directives):
@@ -72,14 +75,25 @@ def durability_run(seed: int, policy=None, **directives):
 
 # ------------------------------------------------------------------- the disk
 def test_the_disk_keeps_only_what_was_fsynced():
+    """A crash leaves every file as its last fsync left it (a rename is
+    durable at once); ``holds`` reads the job records in the file."""
+    a, b = pinned_jobs(2)
     disk = SimDisk()
-    disk.write(b"a", [b"id-a"])
-    disk.fsync()
-    disk.write(b"b", [b"id-b"])
-    assert disk.holds(b"id-b", synced_only=False) and not disk.holds(b"id-b", synced_only=True)
+    fd = disk.open(AOF, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    disk.write_all(fd, file_header() + fmt.encode_jobs([a]))
+    disk.fsync(fd)
+    disk.write_all(fd, fmt.encode_jobs([b]))
+    assert disk.holds(b.id, synced_only=False) and not disk.holds(b.id, synced_only=True)
+    tmp = disk.open("tmp", os.O_WRONLY | os.O_CREAT, 0o644)
+    disk.write_all(tmp, b"new")
+    disk.fsync(tmp)
+    disk.replace("tmp", "renamed")
     disk.crash()
-    assert disk.holds(b"id-a", synced_only=True) and not disk.holds(b"id-b", synced_only=False)
-    assert disk.image().endswith(b"a")
+    assert disk.holds(a.id, synced_only=True) and not disk.holds(b.id, synced_only=False)
+    assert disk.image() == file_header() + fmt.encode_jobs([a])
+    assert disk.image("renamed") == b"new" and not disk.exists("tmp")
+    with pytest.raises(OSError):
+        disk.write(fd, b"x")            # the process that had it open is gone
 
 
 # -------------------------------------------------------------------- fsync
@@ -153,12 +167,17 @@ def test_a_rewrite_keeps_the_live_jobs_and_drops_the_acked():
     live = [command(sim, host, "ADDJOB", "q", f"live-{i}", 0) for i in range(20)]
     done = [command(sim, host, "ADDJOB", "q", f"done-{i}", 0) for i in range(20)]
     command(sim, host, "ACKJOB", *done)
+    sim.run_for(10)                     # the rewrite's slices and swap
     aof = host.node.driver.aof
-    assert aof.rewrites > 0 and aof.current_size < 2 * aof.base_size
+    assert rewritten(aof) and aof.current_size < 2 * aof.base_size
     sim.crash(host.name)
     sim.start(host.name)
     assert all(command(sim, host, "SHOW", j) is not None for j in live)
     assert all(command(sim, host, "SHOW", j) is None for j in done)
+
+
+def rewritten(aof) -> bool:
+    return aof.last_rewrite_time >= 0 and aof.last_bgrewrite_status == "ok"
 
 
 class KeepNothing(AOFPolicy):
@@ -179,14 +198,16 @@ def test_the_writer_rewrites_when_and_what_the_policy_object_says():
     jid = command(sim, host, "ADDJOB", "q", "body", 0)
     for _ in range(3):                  # the file doubles: a rewrite keeping nothing
         command(sim, host, "ADDJOB", "q", "body", 0)
-    assert host.node.driver.aof.rewrites > 0
+    sim.run_for(10)
+    assert rewritten(host.node.driver.aof)
     sim.crash(host.name)
     sim.start(host.name)
     assert command(sim, host, "SHOW", jid) is None
     sim, host = one_node(NeverRewrite, appendonly="yes", appendfsync="always", **REWRITE)
     for _ in range(10):
         command(sim, host, "ADDJOB", "q", "body", 0)
-    assert host.node.driver.aof.rewrites == 0
+    sim.run_for(10)
+    assert not rewritten(host.node.driver.aof)
 
 
 # -------------------------------------------------------------- write errors
@@ -253,10 +274,14 @@ def loads_as(image: bytes) -> dict:
     sim.crash(host.name)
     host.disk = SimDisk()
     if len(image) > FILE_HEADER_SIZE:
-        host.disk.write(image[FILE_HEADER_SIZE:])
-        host.disk.fsync()
+        host.disk.put(image)
     assert sim.boot(host.name) is None
     return jobs_of(host)
+
+
+def names_offset(reason: str, offset: int) -> bool:
+    """The node's refusal names the byte offset ``offset``."""
+    return re.search(rf"at byte offset {offset}\b", reason) is not None
 
 
 def record_at(disk: SimDisk, offset: int) -> tuple[int, int]:
@@ -281,7 +306,7 @@ def flip_one_bit(seed: int) -> str:
     if last:
         assert reason is None, (seed, reason)
     else:
-        assert reason is not None and reason.endswith(f"at byte offset {start}"), (seed, reason)
+        assert reason is not None and names_offset(reason, start), (seed, reason)
         disk.check_aof_fix(force=True)
         assert sim.boot(host.name) is None, seed
     assert jobs_of(host) == prefix, seed
@@ -311,12 +336,12 @@ def test_a_truncation_loads_a_prefix_or_is_refused_naming_the_offset(chunk):
         cut = rng.randrange(FILE_HEADER_SIZE, len(disk.image()) + 1)
         whole = max((end for _, end in disk.records() if end <= cut), default=FILE_HEADER_SIZE)
         prefix = loads_as(disk.image()[:whole])
-        disk.truncate(cut)
+        disk.truncate_at(cut)
         reason = sim.boot(host.name)
         if cut == whole or load_truncated:
             assert reason is None, (seed, reason)
         else:
-            assert reason is not None and f"at byte offset {whole}" in reason, (seed, reason)
+            assert reason is not None and names_offset(reason, whole), (seed, reason)
             assert disk.check_aof_fix(force=False).torn.offset == whole
             assert sim.boot(host.name) is None, seed
         assert jobs_of(host) == prefix, seed
@@ -359,8 +384,7 @@ def power_cut_run(seed: int, fsync: str):
     for i in range(rng.randint(5, 40)):
         sim.run_for(rng.choice([1, 5, 50, 300, 900]))
         acked[command(sim, host, "ADDJOB", "q", f"job-{i}", 0)] = sim.now
-    unsynced = sum(len(c) for c in host.disk.unsynced)
-    host.disk.torn_write(rng.randint(0, unsynced))
+    host.disk.torn_write(rng.randint(0, host.disk.unsynced()))
     power_loss = sim.now
     sim.crash(host.name)
     assert sim.boot(host.name) is None, seed        # a torn tail: repaired by the node
@@ -380,7 +404,7 @@ def test_a_power_cut_mid_write_loses_only_what_the_policy_allows(chunk):
 
 
 class DamagedDiskWorkload(Workload):
-    """The seeded cluster workload (tests/sim/workload.py) under appendfsync
+    """The seeded cluster workload (server/sim/workload.py) under appendfsync
     always, where one fault is a host whose disk is damaged while it is down
     (cut, a bit flipped, a record written twice), recovered as an operator
     does: restart; if it refuses, ``disquette-check-aof --fix --force`` and
@@ -391,7 +415,6 @@ class DamagedDiskWorkload(Workload):
         super().__init__(seed, fsync="always")
         self.disk_rng = random.Random(seed ^ 0xD15C)
         self.damaged: str | None = None
-        self.damaged_at = 0
         self.refusals: list[str] = []
 
     def fault(self) -> None:
@@ -404,27 +427,19 @@ class DamagedDiskWorkload(Workload):
         rng = self.disk_rng
         victim = self.damaged = rng.choice(self.names)
         self.sim.crash(victim)
-        self.crashed_at[victim].append(self.sim.now)
+        self.crashed(victim)
         disk = self.sim.hosts[victim].disk
         records = disk.records()
         if records:
             kind = rng.choice(["truncate", "bitflip", "duplicate"])
             if kind == "truncate":
-                disk.truncate(rng.randrange(FILE_HEADER_SIZE, records[-1][1]))
+                disk.truncate_at(rng.randrange(FILE_HEADER_SIZE, records[-1][1]))
             elif kind == "bitflip":
                 disk.flip_bit(rng.randrange(FILE_HEADER_SIZE * 8, records[-1][1] * 8))
             else:
                 disk.duplicate(*rng.choice(records))
-        self.damaged_at = self.sim.now
+        self.checker.disk_damaged(victim, self.sim.now)
         self.later(rng.randint(200, 3000), lambda: self.restart(victim))
-
-    def ack_lost(self, jid: bytes, name: str) -> bool:
-        """The damage may have cut the ack's record: a RETRY 0 job acked
-        before it comes back active on the damaged host (never queued again
-        by a load, it waits for its TTL, as after an everysec crash)."""
-        t = self.acked_at.get(jid)
-        return super().ack_lost(jid, name) or (
-            name == self.damaged and t is not None and t <= self.damaged_at)
 
     def restart(self, name: str) -> None:
         host = self.sim.hosts[name]
@@ -521,7 +536,7 @@ def test_a_copy_queued_where_no_consumer_is_reaches_one_before_the_next_damage(s
     assert isinstance(jid, Status), (seed, jid)
     sim.run_for(rng.randint(0, 500))
     sim.crash("A")                              # A's AOF damaged: cut before the job
-    a.disk.truncate(before)
+    a.disk.truncate_at(before)
     sim.heal()
     died = sim.now
     sim.run_for(rng.randint(2000, 5000))

@@ -1,4 +1,5 @@
-"""Seeded simulations of the membership layer (cluster/sim.py + cluster/membership.py).
+"""Seeded simulations of the membership layer (server/sim/simulation.py +
+cluster/membership.py).
 
 Each scenario builds a cluster from one seed, injects faults (drops, delays,
 duplicates, reordering, partitions both ways and one way, crashes and restarts
@@ -27,8 +28,9 @@ from pathlib import Path
 import pytest
 
 from cluster.outputs import NODE_DELETED, NODE_FAIL, NODE_PFAIL, NODE_RECOVERED
-from cluster.sim import NetworkConfig, Simulation, bus_codec, membership_factory
 from protocol.bus import FLAG_FAIL, FLAG_HANDSHAKE, FLAG_NOADDR, FLAG_PFAIL
+from server.sim.network import NetworkConfig, bus_codec
+from server.sim.simulation import Simulation, membership_factory
 
 T = 1000                  # cluster-node-timeout in the simulations (virtual ms)
 VALIDITY = 2 * T          # failure reports older than this are not counted
@@ -357,8 +359,8 @@ def test_simulator_faults_do_what_they_say():
     assert sim.stats["duplicated"] > 0
     names = list(sim.hosts)
     sim.cut(names[0], names[1])
-    assert sim.blocked(names[0], names[1]) and not sim.blocked(names[1], names[0])
+    assert sim.network.blocked(names[0], names[1]) and not sim.network.blocked(names[1], names[0])
     sim.heal()
-    assert not sim.blocked(names[0], names[1])
+    assert not sim.network.blocked(names[0], names[1])
     sim.crash(names[2])
     assert not sim.hosts[names[2]].alive and sim.hosts[names[2]].saved

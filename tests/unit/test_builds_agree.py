@@ -4,7 +4,7 @@ the .py modules) runs the same seeded work and prints digests of what a user
 or a disk would see, which must be equal:
 - a seeded stream of client commands through an in-process node: every reply
   as RESP bytes (RESP2 and RESP3) and the AOF it wrote;
-- the simulator's replay digests (cluster/sim.py): a few membership chaos runs
+- the simulator's replay digests (server/sim/): a few membership chaos runs
   and the first SIM_SEEDS_COMPARED seeds of the delivery sweep
   (tests/sim/test_delivery_sim.py), whole brokers under faults.
 
@@ -26,15 +26,15 @@ import pytest
 
 from broker.commands.server import COMPILED_CORE
 from broker.config import Config
-from cluster.sim import SimDisk
-from server.inprocess import InProcessNode
+from server.sim.disk import SimDisk
+from server.sim.inprocess import InProcessNode
 from tests.sim.test_membership_sim import run_chaos
-from tests.sim.workload import Workload
+from server.sim.workload import Workload
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMANDS_RUN = 4000
 SIM_SEEDS = (3, 8)          # membership chaos runs (tests/sim/test_membership_sim.py)
-SIM_SEEDS_COMPARED = 1000   # delivery-sweep seeds (tests/sim/workload.py) run on both builds
+SIM_SEEDS_COMPARED = 1000   # delivery-sweep seeds (server/sim/workload.py) run on both builds
 SIM_PARTS = 4               # run as this many tests, so that xdist spreads them
 
 

@@ -24,15 +24,15 @@ from broker import aof_format as fmt
 from broker import lifecycle
 from broker.aof_policy import AOFPolicy
 from broker.commands import COMMANDS
-from broker.config import Config
+from broker.config import AppendFsync, Config
 from broker.job import (
-    ACKED, ACTIVE, FLAG_DELIVERED, FLAG_HELD, HELD, Job, holders_of, job_to_fields, make_job_id,
+    ACKED, ACTIVE, FLAG_DELIVERED, FLAG_HELD, HELD, HolderLists, Job, job_to_fields, make_job_id,
 )
 from broker.node import Node
 from server import aof as aof_mod
 from server import aof_rewrite, check_aof
-from server.aof_files import create_empty
 from server.aof_rewrite import snapshot_chunks
+from server.aof_runtime import process_runtime
 from tests import aof_v2
 from tests.harness import WAIT_TIMEOUT
 
@@ -160,7 +160,7 @@ def test_roundtrip_keeps_every_field(made, monkeypatch, layout):
     big = run(node, c, "ADDJOB", "qc", b"x" * 100_000, 0).encode()
     run(node, c, "GETJOB", "FROM", "qa")            # a delivered
     run(node, c, "NACK", a)                         # nacks 1, queued again
-    node.get_job(big).nodes_delivered = holders_of(("f" * 40, node.myself_id))
+    node.get_job(big).nodes_delivered = node.holders.of(("f" * 40, node.myself_id))
     before = {j.id: j for j in node.iter_jobs()}
     # Counters changed after creation (NACK) reach the file through a rewrite.
     image = b"".join(fmt_snapshot(node))
@@ -322,7 +322,7 @@ def test_acked_job_with_other_holders_stays_acked(made):
     node, clock, aof, c = made
     jid = run(node, c, "ADDJOB", "q", "b", 0).encode()
     job = node.get_job(jid)
-    job.nodes_delivered = holders_of((node.myself_id, "a" * 40))
+    job.nodes_delivered = node.holders.of((node.myself_id, "a" * 40))
     aof.append([job])
     lifecycle.ack(node, job, clock.now)     # the cluster keeps it until every holder confirmed
     flush(node)
@@ -527,6 +527,16 @@ def test_check_tool_reports_and_fixes(tmp_path, log_image, capsys):
 
 
 # ------------------------------------------------------------------ rewrite
+def no_exit():
+    raise OSError("fatal AOF error")        # where the process would exit
+
+
+def file_aof(node, loop, policy=None):
+    """The process's writer on the test's loop, raising where the process exits."""
+    return aof_mod.AppendOnlyFile(node, node.config, process_runtime(loop, exit=no_exit),
+                                  policy=policy)
+
+
 class StepLoop:
     """Just enough of an event loop for AppendOnlyFile, driven by the test."""
 
@@ -572,8 +582,8 @@ def test_background_rewrite_while_jobs_come_and_go(tmp_path, monkeypatch, flusha
     clock = VirtualClock()
     node = new_node(clock)
     loop = StepLoop()
-    aof = aof_mod.AppendOnlyFile(node, node.config, loop, exit_on_fatal=False)
-    create_empty(aof.path)
+    aof = file_aof(node, loop)
+    aof.files.create_empty(aof.path)
     aof._open_append()
     aof.state = "on"
     attach(node, aof)
@@ -639,9 +649,8 @@ class RewriteKeepsNothing(AOFPolicy):
 
 
 def file_writer(node, policy=None):
-    aof = aof_mod.AppendOnlyFile(node, node.config, StepLoop(), exit_on_fatal=False,
-                                 policy=policy)
-    create_empty(aof.path)
+    aof = file_aof(node, StepLoop(), policy)
+    aof.files.create_empty(aof.path)
     aof._open_append()
     aof.state = "on"
     attach(node, aof)
@@ -653,7 +662,7 @@ def test_the_file_writer_decides_by_its_policy_object(tmp_path, monkeypatch):
     (tests/sim/test_disk_sim.py): change the object, the writer follows."""
     monkeypatch.chdir(tmp_path)
     node = new_node()
-    node.config.appendfsync = "always"
+    node.config.appendfsync = AppendFsync.ALWAYS
     c = node.new_client()
     aof = file_writer(node)
     assert type(aof.policy) is AOFPolicy
@@ -689,7 +698,7 @@ def test_job_records_keep_their_bytes(n, kind, digest):
     those), a row being the job's record as the bus carries it, and the
     requeue time loads back."""
     jobs = pinned_jobs(n)
-    jobs[0].nodes_delivered = holders_of(("f" * 40, "e" * 40))
+    jobs[0].nodes_delivered = HolderLists().of(("f" * 40, "e" * 40))
     data = fmt.encode_jobs(jobs)
     assert data[fmt.REC_HEADER_SIZE] == kind
     assert hashlib.sha256(data).hexdigest() == digest
@@ -787,7 +796,7 @@ def test_an_older_file_gets_the_version_3_header_and_both_layouts_load(tmp_path,
     expected = json.loads(aof_v2.EXPECTED.read_text())
     (tmp_path / "disque.aof").write_bytes(old)
     node = new_node(VirtualClock(expected["now"]))
-    aof = aof_mod.AppendOnlyFile(node, node.config, StepLoop(), exit_on_fatal=False)
+    aof = file_aof(node, StepLoop())
     asyncio.run(aof.load())
     assert node.job_count == len(expected["loaded"]["jobs"])
     data = (tmp_path / "disque.aof").read_bytes()
@@ -796,7 +805,7 @@ def test_an_older_file_gets_the_version_3_header_and_both_layouts_load(tmp_path,
     attach(node, aof)
     c = node.new_client()
     new = [run(node, c, "ADDJOB", "new", "n%d" % i, 0, "RETRY", 5).encode() for i in range(3)]
-    node.get_job(new[0]).nodes_delivered = holders_of(("f" * 40, node.myself_id))
+    node.get_job(new[0]).nodes_delivered = node.holders.of(("f" * 40, node.myself_id))
     added = fmt.encode_jobs([node.get_job(jid) for jid in new] * 6)     # a C record
     aof.shutdown("default")
     attach(node, None)

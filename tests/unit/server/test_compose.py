@@ -9,7 +9,7 @@ import pytest
 
 from broker.config import Config, ConfigError
 from protocol.resp import Error, Status
-from server.inprocess import InProcessNode
+from server.sim.inprocess import InProcessNode
 
 
 def renamed_config(text: str) -> Config:

@@ -10,11 +10,12 @@ from broker.job import random_node_id
 from broker.node import BLOCKED, Node
 from cluster.cluster import Cluster
 from cluster.replication import wire_fields
-from cluster.membership import ClusterNode, Membership
+from cluster.membership import Membership
 from cluster.outputs import DropLink, Link, Send
 from protocol import bus as B
-from protocol.bus import FrameReader, encode_frame
+from protocol.bus import FrameReader
 from protocol.resp import Status
+from tests.unit.inprocess_cluster import know_each_other, wire
 
 NOW = 1_000_000
 J1, J2, J3 = (b"D-00000000-%024d-05a1" % i for i in (1, 2, 3))     # job ids' shape
@@ -31,33 +32,12 @@ def make_cluster(n: int = 3):
         node = Node(Config(), lambda: clock[0], rng, node_id=m.node_id, commands=COMMANDS,
                     strict=True)
         nodes.append(Cluster(node, m))
-    know_each_other([c.m for c in nodes])
+    know_each_other([c.m for c in nodes], NOW)
     return nodes
-
-
-def know_each_other(tables: list, now: int = NOW) -> None:
-    """Each Membership lists the others as reachable nodes with a link up (the
-    bench's in-process cluster uses it too: bench/bench_cluster_inproc.py)."""
-    for m in tables:
-        for other in tables:
-            if other is not m:
-                me = other.myself
-                cn = ClusterNode(me.id, me.ip, me.port, me.bus_port, 0, now)
-                cn.pong_received = now
-                cn.link = True
-                m.nodes[me.id] = cn
 
 
 def sends(outputs):
     return [o for o in outputs if isinstance(o, Send)]
-
-
-def wire(msg):
-    """Through the real frame format, as the bus carries it."""
-    r = FrameReader()
-    r.feed(encode_frame(msg))
-    (got,) = list(r)
-    return got
 
 
 def test_one_send_per_destination_in_order():

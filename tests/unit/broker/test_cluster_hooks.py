@@ -21,7 +21,8 @@ from broker.node import Node
 from broker.queue import Queue
 from cluster.cluster import Cluster
 from protocol.resp import Error, Status
-from server.inprocess import InProcessNode, VirtualClock
+from server.sim.clock import VirtualClock
+from server.sim.inprocess import InProcessNode
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,17 +1,21 @@
-"""A whole broker node (server/inprocess.py: Node + Cluster + the output driver,
-composed as the process's: server/compose.py) as a simulator node (cluster/sim.py).
+"""A whole broker node (server/sim/inprocess.py: Node + Cluster + the output
+driver, composed as the process's: server/compose.py) as a simulator node
+(server/sim/simulation.py).
 
 The simulator drives anything with ``node_id``, ``handle_message``, ``tick`` and
 optionally ``next_deadline``/``link_up``/``link_down``, each returning the
 outputs it routes (Send by address, DropLink, NodeEvent for the trace). Here the
 output driver does the work the process does (records to the host's simulated
-disk first, then replies, then bus messages) and its bus is this adapter, which
-hands the messages to the simulator. Scenarios run client commands
+disk first, through the server's AOF writer, then replies, then bus messages)
+and its bus is this adapter, which hands the messages to the simulator. The
+writer's timers (its cron, its rewrite's slices) are the simulation's events;
+where it would exit the process, the simulator crashes the host (``exited``). Scenarios run client commands
 (``command``) whose replies, immediate or later (blocked GETJOB, sync ADDJOB),
 go to a callback.
 
-Checked on every message the node sends (``sim.violations``): a GOTJOB never
-confirms a copy the node has not logged, when it logs (appendonly yes).
+Checked on every message the node sends (``sim.violations``, by the checker's
+``unlogged_copies``): a GOTJOB never confirms a copy the node has not logged,
+when it logs (appendonly yes).
 """
 
 from __future__ import annotations
@@ -19,12 +23,11 @@ from __future__ import annotations
 import random
 
 from broker.config import Config
-from broker.job import ACKED
 from cluster.outputs import DropLink, Send
-from protocol import bus as B
 from server.clock import SteadyClock
-from server.disk_aof import ProcessExit
-from server.inprocess import InProcessNode, Replies, VirtualClock
+from server.sim.checker import unlogged_copies
+from server.sim.clock import Timer, VirtualClock
+from server.sim.inprocess import InProcessNode, ProcessExit, Replies
 
 
 class BrokerSimNode(InProcessNode):
@@ -32,7 +35,9 @@ class BrokerSimNode(InProcessNode):
                  config: Config) -> None:
         self.host = host
         self.sim = host.sim
+        self.incarnation = host.incarnation
         self.out: list = []
+        self.exited = False             # the process exited (the simulator crashes the host)
         # The host's clock may be made to jump (Simulation.jump_clock): the node
         # reads it through the process's rule (server/clock.py).
         self.steady = SteadyClock(now)
@@ -48,8 +53,15 @@ class BrokerSimNode(InProcessNode):
 
     # -- the driver's bus: messages go back to the simulator ---------------------
     def send_output(self, out: Send) -> None:
-        if self.driver.aof is not None and self.sim is not None:
-            self._check_logged(out.msg)
+        aof = self.driver.aof
+        if aof is not None and self.sim is not None:
+            # Logged: in the file; fsynced, when the policy fsyncs before replies.
+            synced_only = aof.policy.fsync_before_replies(aof.rewrite is not None)
+            disk, path = self.host.disk, aof.path
+            for jid in unlogged_copies(out.msg, self.node, self.clock.now,
+                                       lambda jid: disk.holds(jid, synced_only, path)):
+                self.sim.violations.append(
+                    f"{self.host.name} confirmed a copy of {jid!r} it has not logged")
         self.out.append(out)
 
     def drop_link(self, node_id, forget) -> None:
@@ -58,24 +70,6 @@ class BrokerSimNode(InProcessNode):
     def _save_nodes_conf(self, text: str) -> None:
         self.host.saved = text
 
-    def _check_logged(self, msg) -> None:
-        if msg.type == B.GOTJOB:
-            ids = [msg.payload]
-        elif msg.type == B.BATCH:
-            p = msg.payload
-            ids = [p[i + 1] for i in range(0, len(p), 2) if p[i] == B.GOTJOB]
-        else:
-            return
-        for jid in ids:
-            job = self.node.get_job(jid)
-            if job is not None and job.state == ACKED:
-                continue        # confirms an ack (a dummy one is never logged), not a copy
-            if job is not None and job.etime <= self.clock.now:
-                continue        # expired: an AOF rewrite drops it, as a load would
-            if not self.host.disk.holds(jid, self.config.appendfsync == "always"):
-                self.sim.violations.append(
-                    f"{self.host.name} confirmed a copy of {jid!r} it has not logged")
-
     def _outputs(self) -> list:
         out, self.out = self.out, []
         return out
@@ -83,13 +77,29 @@ class BrokerSimNode(InProcessNode):
     def _input(self, fn, *args) -> list:
         """Run one input; its outputs for the simulator. A process exit (a failed
         write under appendfsync always) loses them: the simulator then crashes
-        the host (its disk says fatal)."""
+        the host."""
         try:
             fn(*args)
         except ProcessExit:
+            self.exited = True
             self.out = []
             return []
         return self._outputs()
+
+    def post_timer(self, delay_ms: int, timer: Timer) -> None:
+        """The AOF writer's timers: events of the simulation, for this
+        incarnation of the host's process."""
+        host = self.host
+
+        def due(sim) -> None:
+            if host.alive and host.incarnation == self.incarnation and not timer.cancelled:
+                sim.call(host.name, lambda node, now: node.run_timer(timer, now))
+
+        self.sim.at(self.sim.now + delay_ms, due)
+
+    def run_timer(self, timer: Timer, now: int) -> list:
+        self._read(now)
+        return self._input(timer.run)
 
     # -- what the simulator calls -------------------------------------------------
     def _read(self, now: int) -> int:
@@ -103,12 +113,7 @@ class BrokerSimNode(InProcessNode):
 
     def tick(self, now: int) -> list:
         self._read(now)
-        return self._input(self._tick)
-
-    def _tick(self) -> None:
-        self.driver.tick()
-        if self.driver.aof is not None:
-            self.driver.flush()         # the everysec fsync comes due with time
+        return self._input(self.driver.tick)
 
     def next_deadline(self, now: int):
         # in the host's clock, which the simulator schedules by

@@ -20,8 +20,8 @@ from broker.config import (
     stringmatch,
 )
 from protocol.resp import Error
-from server.inprocess import InProcessNode
 from server.main import read_config_file
+from server.sim.inprocess import InProcessNode
 
 KB, MB, GB = 1024, 1024**2, 1024**3
 

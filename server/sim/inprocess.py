@@ -7,7 +7,8 @@ What it is for:
 - fast tests of argument parsing and reply shapes, driven on the node directly
   (``node.call("ADDJOB", "q", "x", 0)`` returns the reply value;
   ``node.resp("INFO", proto=3)`` the bytes a RESP client would read);
-- the simulator's broker nodes (server/sim_node.py), with a simulated disk;
+- the simulator's broker nodes (server/sim/broker_node.py), with a simulated
+  disk (server/sim/disk.py) written by the server's AOF writer (server/aof.py);
 - any new shell's tests (HTTP...): they plug in exactly as that shell does in
   the process: ``client = node.new_client(conn)`` with ``conn`` an object having
   ``deliver(reply)`` (later replies: unblocked GETJOB, sync ADDJOB) and
@@ -21,24 +22,72 @@ test), where the process would log it and count it in INFO ``internal_errors``.
 from __future__ import annotations
 
 import random
+from typing import NoReturn
 
-from broker import aof_format as fmt
 from broker.config import Config
 from broker.node import BLOCKED, Host
 from cluster.membership import Membership
 from protocol.resp import encode
+from server.aof import AppendOnlyFile
+from server.aof_runtime import AOFRuntime
 from server.compose import compose_node
-from server.disk_aof import DiskAOF
+from server.sim.clock import TimeView, Timers, VirtualClock, VirtualLoop
 
 
-class VirtualClock:
-    """Integer ms, moved by the caller."""
+class ProcessExit(BaseException):
+    """The node's process exits on the spot (where the AOF writer stops the
+    process: a failed write under appendfsync always): nothing after it runs,
+    no held reply or bus message leaves."""
 
-    def __init__(self, start: int = 1_700_000_000_000) -> None:
-        self.now = start
 
-    def __call__(self) -> int:
-        return self.now
+def exit_now() -> NoReturn:
+    raise ProcessExit
+
+
+class Done:
+    """A future whose work is done (RunNow's)."""
+
+    __slots__ = ("value", "error")
+
+    def __init__(self, value=None, error: BaseException | None = None) -> None:
+        self.value = value
+        self.error = error
+
+    def done(self) -> bool:
+        return True
+
+    def exception(self) -> BaseException | None:
+        return self.error
+
+    def result(self):
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    def add_done_callback(self, fn) -> None:
+        fn(self)
+
+
+class RunNow:
+    """The AOF writer's background executor, in virtual time: the work runs at
+    once (a disk takes no time). A failed I/O is the work's result, as in the
+    process's thread; any other exception is a bug and propagates."""
+
+    def submit(self, fn, *args) -> Done:
+        try:
+            return Done(fn(*args))
+        except OSError as e:
+            return Done(error=e)
+
+    def shutdown(self, wait: bool = True) -> None:
+        pass
+
+
+def simulated_runtime(disk, clock, post) -> AOFRuntime:
+    """What the AOF writer runs on in virtual time: ``disk`` (server/sim/disk.py),
+    work done at once, timers through ``post(delay_ms, timer)``, the node's
+    ``clock`` (ms), and a ProcessExit where the process would exit."""
+    return AOFRuntime(disk, RunNow(), VirtualLoop(post), TimeView(clock), exit_now)
 
 
 class Replies:
@@ -75,7 +124,7 @@ class InProcessNode:
         ClusterBus (server/bus.py) gets encoded frames."""
         self.config = config if config is not None else Config()
         self.clock = clock if clock is not None else VirtualClock()
-        self.sent: list = []            # bus messages, when no bus is given
+        self.sent: list = []            # the Send outputs, when no bus is given
         self.saved_nodes_conf = None
         bus = bus if bus is not None else self
         self.node, self.cluster, self.driver = compose_node(
@@ -84,13 +133,14 @@ class InProcessNode:
             address=address or ("127.0.0.1", self.config.port, self.config.effective_bus_port),
             bus=bus, encode=not hasattr(bus, "send_output"),
             save_nodes_conf=self._save_nodes_conf, on_event=on_event, strict=strict)
+        self.timers = Timers(self.clock)     # the AOF writer's, in virtual time
         self.disk = disk
         if disk is not None and self.config.appendonly:
             self.load_from(disk)
 
     # -- the bus, when the caller keeps what is sent ----------------------------
     def send_output(self, out) -> None:
-        self.sent.append((out.node_id, out.msg))
+        self.sent.append(out)
 
     def drop_link(self, node_id, forget) -> None: ...
 
@@ -99,19 +149,18 @@ class InProcessNode:
 
     # -- persistence --------------------------------------------------------------
     def load_from(self, disk) -> None:
-        """Load what the disk kept (as the process loads its AOF at start), then
-        log to it."""
-        node = self.node
-        image = disk.image()
-        if image:
-            loader = fmt.Loader(node, self.clock(), self.config.aof_enqueue_jobs_once)
-            loader.feed(image)      # damage: CorruptAOF, naming the offset
-            torn = loader.finish()
-            if torn is not None:    # as server/aof_load.py's settle
-                if not self.config.aof_load_truncated:
-                    raise fmt.AOFError(torn.offset, f"{torn} (aof-load-truncated no)")
-                disk.truncate(torn.offset)
-        self.driver.set_aof(DiskAOF(node, self.config, disk, self.clock))
+        """The server's AOF writer over the disk, in virtual time: it loads
+        what the disk kept (as the process at start; AOFLoadError when it
+        cannot), then logs to it."""
+        aof = AppendOnlyFile(self.node, self.config,
+                             simulated_runtime(disk, self.clock, self.post_timer))
+        self.driver.set_aof(aof)
+        aof.load_now()
+
+    def post_timer(self, delay_ms: int, timer) -> None:
+        """The writer's timers (its cron, its rewrite's slices) run as this
+        node's clock moves on."""
+        self.timers.post(delay_ms, timer)
 
     # -- clients ---------------------------------------------------------------------
     def new_client(self, conn=None, addr: str = "inprocess"):
@@ -126,6 +175,7 @@ class InProcessNode:
         if reply is not BLOCKED:
             self.driver.write_reply(client.conn, reply)
         self.driver.after_input()
+        self.timers.run_due()
 
     def call(self, *args, client=None):
         """Run a command from a fresh (or the given) client; returns its reply,
@@ -147,6 +197,7 @@ class InProcessNode:
     # -- time ------------------------------------------------------------------------
     def tick(self) -> None:
         self.driver.tick()
+        self.timers.run_due()
 
     def advance(self, ms: int) -> None:
         """Move the clock forward, running the timers as the process would."""
@@ -159,9 +210,12 @@ class InProcessNode:
     # -- the bus -------------------------------------------------------------------------
     def bus_message(self, link, msg) -> None:
         self.driver.bus_message(link, msg, self.clock())
+        self.timers.run_due()
 
     def link_up(self, node_id: str) -> None:
         self.driver.link_up(node_id, self.clock())
+        self.timers.run_due()
 
     def link_down(self, node_id: str) -> None:
         self.driver.link_down(node_id, self.clock())
+        self.timers.run_due()

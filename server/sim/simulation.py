@@ -13,21 +13,21 @@ process. A failing test prints its seed; re-run it with that seed to replay it.
 
 The simulator is generic over the node: anything following :class:`SimNode`
 (a bare :class:`~cluster.membership.Membership`, or a whole broker node:
-server/sim_node.py). The only outputs it interprets are
+server/sim/broker_node.py). The only outputs it interprets are
 :class:`~cluster.outputs.Send` (routed by address), :class:`~cluster.outputs.SaveConfig`
 (kept as the host's nodes.conf, given back to the factory on restart) and
 :class:`~cluster.outputs.DropLink` (forgets the simulated connection); everything
 else is handed to the observers and, for :class:`~cluster.outputs.NodeEvent`,
 recorded in the trace.
 
-Each host has a :class:`SimDisk` for its AOF: what was written survives a crash
-only once fsynced, and writes can be made to fail. Nodes report broken
-invariants they can see themselves in ``Simulation.violations``.
+The network between hosts is server/sim/network.py's. Each host has a disk
+(server/sim/disk.py) for its AOF: what was written survives a crash only once
+fsynced, and writes can be made to fail. Nodes report broken invariants they
+can see themselves in ``Simulation.violations``.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import heapq
 import random
@@ -35,24 +35,21 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from broker.aof_format import (
-    FILE_HEADER_SIZE, REC_HEADER_SIZE, AOFError, BadHeader, Scanner, check_chunks, file_header,
-)
 from cluster.membership import Membership
 from cluster.outputs import DropLink, Link, NodeEvent, SaveConfig, Send
-from protocol.bus import decode_body, encode_body
+from server.aof_load import AOFLoadError
+from server.sim.disk import SimDisk
+from server.sim.network import Network, NetworkConfig
 
-__all__ = [
-    "SimNode", "NetworkConfig", "SimHost", "Simulation", "membership_factory",
-    "bus_codec",
-]
+__all__ = ["SimNode", "SimHost", "Simulation", "membership_factory"]
 
 
 class SimNode(Protocol):
-    """What the simulator drives. Optional methods, used when present:
+    """What the simulator drives. Optional, used when present:
     ``next_deadline(now) -> int | None`` (when to tick next; default: every
     ``tick_interval``), ``link_up(node_id, now) -> list`` and
-    ``link_down(node_id, now) -> list`` (the simulated connection state)."""
+    ``link_down(node_id, now) -> list`` (the simulated connection state), and
+    ``exited`` (the process exited: the simulator crashes the host)."""
 
     @property
     def node_id(self) -> str: ...
@@ -64,121 +61,6 @@ class SimNode(Protocol):
 
 #: factory(host, saved_nodes_conf_or_None, rng, now) -> node
 NodeFactory = Callable[["SimHost", "str | None", random.Random, int], Any]
-
-
-@dataclass
-class NetworkConfig:
-    """Per-message faults. Reordering comes from random latency (two messages on
-    the same path overtake each other) plus ``reorder``: a chance of an extra delay
-    up to ``reorder_delay``."""
-
-    min_latency: int = 1
-    max_latency: int = 10
-    drop: float = 0.0
-    duplicate: float = 0.0
-    reorder: float = 0.0
-    reorder_delay: int = 100
-
-
-@dataclass(eq=False)
-class SimDisk:
-    """A host's disk, holding its AOF: chunks written (``write``) are durable once
-    fsynced; a crash loses the rest. ``fail_writes`` makes writes fail (disk
-    full); ``fatal`` is set by a writer that must stop the process (a failed
-    write under appendfsync always): the simulator then crashes the host."""
-
-    synced: list = field(default_factory=list)
-    unsynced: list = field(default_factory=list)
-    synced_ids: set = field(default_factory=set)
-    unsynced_ids: set = field(default_factory=set)
-    fail_writes: bool = False
-    fatal: bool = False
-
-    def write(self, data: bytes, job_ids=()) -> None:
-        if self.fail_writes:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        self.unsynced.append(data)
-        self.unsynced_ids.update(job_ids)
-
-    def fsync(self) -> None:
-        if self.unsynced:
-            self.synced += self.unsynced
-            self.synced_ids |= self.unsynced_ids
-            self.unsynced = []
-            self.unsynced_ids = set()
-
-    def replace(self, data: bytes, job_ids=()) -> None:
-        """An AOF rewrite: the new contents, fsynced, renamed over the old."""
-        self.synced = [data] if data else []
-        self.synced_ids = set(job_ids)
-        self.unsynced = []
-        self.unsynced_ids = set()
-
-    def crash(self) -> None:
-        self.unsynced = []
-        self.unsynced_ids = set()
-        self.fatal = False
-
-    def holds(self, job_id, synced_only: bool) -> bool:
-        """Whether a job record for job_id was written (fsynced, if asked)."""
-        return job_id in self.synced_ids or (not synced_only and job_id in self.unsynced_ids)
-
-    def image(self) -> bytes:
-        """The file as a restarted process reads it (header added by the reader)."""
-        data = self.synced + self.unsynced
-        return file_header() + b"".join(data) if data else b""
-
-    # -- damage: what a disk does to a stopped host's file (the chaos suite's
-    # aof-truncate, aof-bitflip and power-loss faults, chaos/disk.py). Offsets
-    # are the file's (header included); damage stays past the file header. The
-    # ids written are kept as they were: ``holds`` then says what was written,
-    # not what survived.
-
-    def records(self) -> list:
-        """(offset, end) of each whole record of the file, in order."""
-        out = []
-        scanner = Scanner()
-        image = self.image()
-        for offset, payload in scanner.feed(image):
-            out.append((offset, offset + REC_HEADER_SIZE + len(payload)))
-        return out
-
-    def _set(self, image: bytes) -> None:
-        body = image[FILE_HEADER_SIZE:]
-        self.synced = [body] if body else []
-        self.unsynced = []
-
-    def truncate(self, offset: int) -> None:
-        """The file cut at ``offset`` (a crash mid-write, a lost tail)."""
-        self._set(self.image()[:max(offset, FILE_HEADER_SIZE)])
-
-    def flip_bit(self, bit: int) -> None:
-        """Bit ``bit`` of the file inverted (a disk's silent corruption)."""
-        image = bytearray(self.image())
-        image[bit // 8] ^= 1 << (bit % 8)
-        self._set(bytes(image))
-
-    def duplicate(self, start: int, end: int) -> None:
-        """The bytes ``start:end`` (a record) written twice in a row."""
-        image = self.image()
-        self._set(image[:end] + image[start:end] + image[end:])
-
-    def torn_write(self, keep: int) -> None:
-        """A power cut in the middle of writing back the unsynced data: its
-        first ``keep`` bytes reached the disk (the next ``crash`` drops the rest)."""
-        data = b"".join(self.unsynced)[:keep]
-        if data:
-            self.synced.append(data)
-        self.unsynced = []
-
-    def check_aof_fix(self, force: bool) -> Any:
-        """``disquette-check-aof --fix [--force]`` on this file: a torn tail
-        (and, with ``force``, corruption) cut off. Returns the check's Summary."""
-        summary = check_chunks([self.image()])
-        damage = summary.corrupt if force and summary.corrupt is not None else summary.torn
-        if damage is not None and not isinstance(damage, BadHeader):
-            self.truncate(damage.offset)
-        return summary
 
 
 @dataclass(eq=False)
@@ -218,10 +100,11 @@ class Simulation:
         self.rng = random.Random(seed)
         # Separate streams so that adding, say, one more network draw does not shift
         # every node's random choices (traces stay comparable while debugging).
-        self.net_rng = random.Random(self.rng.getrandbits(64))
+        net_rng = random.Random(self.rng.getrandbits(64))
         self._node_seed_rng = random.Random(self.rng.getrandbits(64))
         self.factory = factory
         self.net = net or NetworkConfig()
+        self.network = Network(self.net, net_rng)
         self.tick_interval = tick_interval
         self.codec = codec
         self.max_clock_offset = max_clock_offset
@@ -229,7 +112,6 @@ class Simulation:
         self.now = 0
         self.hosts: dict[str, SimHost] = {}
         self._by_addr: dict[tuple[str, int], SimHost] = {}
-        self._blocked: dict[tuple[str, str], bool] = {}   # (src, dst) names -> cut
         self._queue: list = []
         self._seq = 0
         self.trace: list[tuple] = []
@@ -266,7 +148,8 @@ class Simulation:
         return host
 
     def crash(self, name: str) -> None:
-        """kill -9: the process and its memory are gone, its disk (saved) stays.
+        """The host goes down (kill -9, power lost): the process and its memory
+        are gone, its disk keeps what was fsynced (and nodes.conf, saved).
         Messages in flight to it are lost (their connections broke)."""
         host = self.hosts[name]
         if host.alive:
@@ -286,7 +169,7 @@ class Simulation:
         host = self.hosts[name]
         try:
             self.start(name)
-        except AOFError as e:
+        except AOFLoadError as e:
             host.alive = False
             host.node = None
             self._record("refused", name, str(e))
@@ -301,25 +184,17 @@ class Simulation:
     def partition(self, *groups: list[str]) -> None:
         """Cut every path between different groups, both ways. Hosts in no group
         keep talking to everyone."""
-        for gi, ga in enumerate(groups):
-            for gj, gb in enumerate(groups):
-                if gi != gj:
-                    for a in ga:
-                        for b in gb:
-                            self._blocked[(a, b)] = True
+        self.network.partition(groups)
         self._record("partition", tuple(tuple(g) for g in groups))
 
     def cut(self, src: str, dst: str) -> None:
         """One-way partition: what ``src`` sends to ``dst`` is lost."""
-        self._blocked[(src, dst)] = True
+        self.network.cut(src, dst)
         self._record("cut", src, dst)
 
     def heal(self) -> None:
-        self._blocked.clear()
+        self.network.heal()
         self._record("heal")
-
-    def blocked(self, src: str, dst: str) -> bool:
-        return (src, dst) in self._blocked
 
     # -- clock faults ------------------------------------------------------------------
 
@@ -414,7 +289,7 @@ class Simulation:
     def _deliver(self, dst: SimHost, incarnation: int, item) -> None:
         src, msg = item
         if (not dst.alive or dst.incarnation != incarnation
-                or (src.name, dst.name) in self._blocked):
+                or self.network.blocked(src.name, dst.name)):
             self.stats["dropped"] += 1
             return
         self.stats["delivered"] += 1
@@ -424,8 +299,8 @@ class Simulation:
         self._process(dst, dst.node.handle_message(link, msg, dst.now(self.now)))
 
     def _process(self, host: SimHost, outputs: list) -> None:
-        if host.disk.fatal:
-            self.crash(host.name)       # the process exits; its last outputs never left
+        if getattr(host.node, "exited", False):
+            self.crash(host.name)       # the process exited; its last outputs never left
             return
         work = deque([(host, outputs)])
         while work:
@@ -454,7 +329,7 @@ class Simulation:
             return None
         self.stats["sent"] += 1
         dst = self._by_addr.get((out.ip, out.bus_port))
-        up = dst is not None and dst.alive and (src.name, dst.name) not in self._blocked
+        up = dst is not None and dst.alive and not self.network.blocked(src.name, dst.name)
         more = None
         node = src.node
         if src.links.get(out.node_id, False) != up:
@@ -465,18 +340,13 @@ class Simulation:
         if not up:
             self.stats["dropped"] += 1
             return more
-        rng = self.net_rng
-        net = self.net
-        if net.drop and rng.random() < net.drop:
+        latencies = self.network.latencies()
+        if not latencies:
             self.stats["dropped"] += 1
             return more
-        copies = 2 if net.duplicate and rng.random() < net.duplicate else 1
-        if copies == 2:
+        if len(latencies) == 2:
             self.stats["duplicated"] += 1
-        for _ in range(copies):
-            latency = rng.randint(net.min_latency, net.max_latency)
-            if net.reorder and rng.random() < net.reorder:
-                latency += rng.randint(1, net.reorder_delay)
+        for latency in latencies:
             msg = self.codec(out.msg) if self.codec is not None else out.msg
             self._schedule(self.now + latency, _DELIVER, dst, dst.incarnation, (src, msg))
         return more
@@ -501,12 +371,6 @@ class Simulation:
         """Replay hint to print with any failure."""
         return (f"simulation seed={self.seed} (virtual time {self.now} ms); re-run "
                 f"with this seed to replay it exactly")
-
-
-def bus_codec(msg):
-    """Round-trip a message through the real wire format (catches anything the
-    membership puts in a message that msgpack or the decoder would not carry)."""
-    return decode_body(encode_body(msg))
 
 
 def membership_factory(node_timeout: int = 1000) -> NodeFactory:

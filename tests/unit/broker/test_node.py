@@ -1,4 +1,5 @@
-"""The Node's timers and memory rules in virtual time: no processes, no sleeps."""
+"""broker/node.py: the Node's timers, memory rules and command dispatch in
+virtual time: no processes, no sleeps."""
 
 from __future__ import annotations
 
@@ -197,3 +198,17 @@ def test_ctime_orders_jobs_created_in_the_same_ms(node):
     ids = [run(node, c, "ADDJOB", "q", str(i), 0).encode() for i in range(100)]
     got = run(node, c, "GETJOB", "COUNT", 100, "FROM", "q")
     assert [j[1] for j in got] == ids
+
+
+def test_a_bug_in_a_command_is_raised_in_tests_and_counted_in_production(inprocess, monkeypatch):
+    def broken(node, client, argv):
+        raise KeyError("a bug of ours")
+
+    monkeypatch.setattr(COMMANDS[b"qlen"], "handler", broken)
+    with pytest.raises(KeyError):
+        inprocess.call("QLEN", "q")
+    inprocess.node.strict = False           # the process: log, count, keep serving
+    reply = inprocess.call("QLEN", "q")
+    assert isinstance(reply, Error) and reply.startswith("ERR internal error: KeyError")
+    assert "internal_errors:1\r\n" in inprocess.call("INFO", "stats")
+    assert inprocess.call("PING") == "PONG"

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from broker.config import Config
 from broker.job import random_node_id
 from server.bus import ClusterBus
-from server.inprocess import InProcessNode
+from server.sim.inprocess import InProcessNode
 from cluster.membership import Membership
 from protocol import bus
 from protocol.bus import (
@@ -295,7 +295,7 @@ def wall_ms() -> int:
 
 
 class BusDriver:
-    """A whole node (server/inprocess.py: Node + Cluster + the output driver) on a
+    """A whole node (server/sim/inprocess.py: Node + Cluster + the output driver) on a
     real ClusterBus, ticking in the event loop: the membership over real sockets."""
 
     def __init__(self, membership, *, host="127.0.0.1", port=0, tick_interval=0.1,
