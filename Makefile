@@ -1,16 +1,23 @@
 # Disquette build, test and run targets.  Everything the project needs is
-# installed from here (pinned); nothing by hand.  See README.md.
+# installed from here, at the versions constraints.txt pins; nothing by hand.
+# See README.md.
 
 SHELL := /bin/bash
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 # One venv, filled in two steps, a stamp file each: $(VENV)/.installed for what a
-# node needs (`make run`, `make venv`: `pip install -e .`), then
-# $(VENV)/.test-installed for the `test` extra on top (`make test`: pytest,
-# PySpark, pyarrow, playwright, the deploy checkers...: about 1.3 GB).
+# node needs (`make run`, `make venv`: the SDK and the node, `pip install -e
+# ./sdk -e .`), then $(VENV)/.test-installed for the `test` extra on top (`make
+# test`: pytest, PySpark, pyarrow, playwright, the deploy checkers...: about
+# 1.3 GB).
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip --disable-pip-version-check
+# The distributions declare ranges (docs/operations.md#distributions); every
+# install here takes the versions constraints.txt pins, the build requirements
+# of the isolated builds included (pip reads PIP_CONSTRAINT there too, where it
+# ignores -c).
+CONSTRAINTS := $(CURDIR)/constraints.txt
+PIP := PIP_CONSTRAINT=$(CONSTRAINTS) $(PY) -m pip --disable-pip-version-check
 
 # pydisque needs redis<5, so it lives in its own venv.
 PD_VENV := .venv-pydisque
@@ -59,25 +66,34 @@ BENCH_ARGS ?=
 # E.g. CHAOS_ARGS="--seed 42 --seconds 120 --seeds 1".
 CHAOS_ARGS ?= --nodes 5 --seconds 300 --seeds 5 --producers 2 --rate 45 --batch 5
 
-.PHONY: all venv test-venv deps deps-build pydisque-venv test run bench bench-compiled chaos clean distclean
+.PHONY: all venv test-venv deps deps-build pydisque-venv test run bench bench-compiled chaos dist clean distclean
 
 all: venv
 
 venv: $(VENV)/.installed
 
-# editable_mode=compat puts the checkout itself on sys.path (a .pth file), so
-# top-level modules are visible to pkgutil: PySpark finds the `disquette` data
-# source (pyspark_disquette.py) by listing them.
+# The SDK (sdk/pyproject.toml, whose sources are the checkout's disquette/ and
+# pyspark_*.py) goes in first: the node requires it. Then the node, with
+# editable_mode=compat, which puts the checkout itself on sys.path (a .pth
+# file), so top-level modules are visible to pkgutil: PySpark finds the
+# `disquette` data source (pyspark_disquette.py) by listing them, and
+# `disquette` is imported from the checkout (the SDK's own editable finder is
+# only asked after sys.path).
 # setup.py compiles the extensions in place (Cython: the .pyx; mypyc: the
 # modules whose first line is "# compiled: mypyc...", typed against the modules
 # they import): a changed one rebuilds them. (A module unmarked keeps its
-# built .so, which still shadows it: `make clean venv`.)
-EXT_SOURCES := setup.py $(wildcard protocol/*.pyx protocol/*.pxd) $(shell awk \
+# built .so, which still shadows it: `make clean venv`.) The compiled modules
+# take the job record's constants (disquette/job_record.py) as literals.
+EXT_SOURCES := setup.py disquette/job_record.py $(wildcard protocol/*.pyx protocol/*.pxd) $(shell awk \
   'FNR == 1 { if (index($$0, "# compiled: mypyc") == 1) print FILENAME; nextfile }' \
   $(wildcard protocol/*.py broker/*.py broker/commands/*.py cluster/*.py server/*.py server/http/*.py))
 
-$(VENV)/.installed: pyproject.toml $(EXT_SOURCES) | deps-build
+$(VENV)/.installed: pyproject.toml sdk/pyproject.toml disquette/_version.py constraints.txt \
+    $(EXT_SOURCES) | deps-build
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@# (the metadata the checkout held while one distribution was named disquette)
+	rm -rf disquette.egg-info
+	$(PIP) install -q -e ./sdk
 	$(PIP) install -q -e . --config-settings editable_mode=compat
 	@touch $@
 
@@ -189,8 +205,17 @@ $(VENV)/.bench-installed: $(VENV)/.test-installed
 chaos: test-venv
 	$(PY) -m chaos run --scenario all $(CHAOS_ARGS)
 
+# `make dist`: both distributions, each an sdist and a wheel, in dist/
+# (docs/operations.md#distributions): disquette-server (the node, compiled:
+# a wheel for this platform and Python) and disquette (the SDK, pure Python).
+dist: $(VENV)/.installed
+	$(PIP) install -q build
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(PY) -m build --outdir dist sdk
+
 clean:
-	rm -rf $(RUN_DIR) chaos-runs .pytest_cache .hypothesis build dist *.egg-info
+	rm -rf $(RUN_DIR) chaos-runs .pytest_cache .hypothesis build dist *.egg-info sdk/build sdk/*.egg-info
 	find protocol broker cluster server \( -name '*.so' -o -name '*.c' \) -delete
 	rm -f *__mypyc.*.so
 	find . -path ./$(VENV) -prune -o -path ./$(PD_VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

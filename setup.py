@@ -1,6 +1,9 @@
-"""The compiled extensions, built by `pip install .` and `make venv`.
+"""The node's distribution (disquette-server): what pyproject.toml leaves to
+code, built by `python -m build`, `pip install .` and `make venv`.
 
-pyproject.toml holds the project's metadata; this file only says what is
+Its version and first dependency: the SDK's version (disquette/_version.py,
+the one definition), and the SDK distribution of exactly that version, which
+holds the code both need (the job record, the AOF codec). Then what is
 compiled: the request reader and the bus bodies' packer (Cython,
 protocol/request_c.pyx and bus_c.pyx) and the hot core, compiled by mypyc
 from its own .py modules, those marked so on their first line (each .so
@@ -10,10 +13,38 @@ modules run (protocol/build.py; the same variable at run time selects them
 over a built .so).
 """
 
+import ast
 import glob
 import os
 
 from setuptools import setup
+
+# What the node needs besides the SDK, as ranges: the versions tested as lower
+# bounds (constraints.txt pins them for `make`), an upper bound only where a
+# major release is known to break (msgpack 1.0 changed what it decodes by
+# default).
+NODE_DEPENDENCIES = [
+    "msgpack>=1.2.4,<2",
+    "crc32c>=2.9.post0",
+    "sortedcontainers>=2.4.0",
+    "uvloop>=0.23.0; sys_platform != 'win32'",
+    # The HTTP shell (server/http/) and the chaos suite's fault proxy.
+    "aiohttp>=3.14.5",
+    # The HTTP shell's GET /metrics: a Collector over the Node.
+    "prometheus-client>=0.26.0",
+    # The compiled core's class options (mypyc_attr), read by the .py modules too.
+    "mypy_extensions>=1.2.0",
+]
+
+
+def sdk_version() -> str:
+    """disquette/_version.py's __version__, read without importing the SDK."""
+    with open("disquette/_version.py", encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    (value,) = [node.value for node in tree.body if isinstance(node, ast.Assign)
+                and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["__version__"]]
+    return ast.literal_eval(value)
+
 
 # The modules mypyc compiles: the command path of ADDJOB, GETJOB, ACKJOB... and
 # what it calls, the cluster's per-job path, the client connection's and the
@@ -48,4 +79,6 @@ if os.environ.get("DISQUETTE_NO_EXTENSIONS", "") in ("", "0"):
     ext_modules += mypycify(["--follow-imports=silent", "--ignore-missing-imports",
                              *compiled_modules()])
 
-setup(ext_modules=ext_modules)
+VERSION = sdk_version()
+setup(version=VERSION, install_requires=[f"disquette=={VERSION}", *NODE_DEPENDENCIES],
+      ext_modules=ext_modules)

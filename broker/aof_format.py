@@ -6,7 +6,7 @@ writes the bytes to the disk and server/aof_load.py reads them back (in the
 simulator too, on a simulated disk); server/check_aof.py uses the same Scanner
 to check and repair a file.
 
-The file layout and the record types are protocol/aof_codec.py's (the byte-level
+The file layout and the record types are disquette/aof_codec.py's (the byte-level
 codec, shared with the job history's readers); this module encodes Job objects
 into records and loads records into a node.
 
@@ -14,7 +14,7 @@ What the writer guarantees and the loader relies on: records are appended in
 the order things happened; a later job record for an id replaces the earlier one
 (a rewrite may log a job twice); D/A/R records for unknown ids are ignored.
 
-Damage (protocol/aof_codec.py says what a torn tail is): the loader reports a
+Damage (disquette/aof_codec.py says what a torn tail is): the loader reports a
 torn tail (``TornTail``) with the offset where the good data ends, and the
 caller truncates it when ``aof-load-truncated`` allows; anything else is
 corruption (``CorruptAOF``, with the byte offset of the record that failed),
@@ -32,8 +32,8 @@ from broker.job import (
 )
 from broker.job import FLAG_HELD, HELD
 from broker.job import FLAG_KEY_ANSWERED  # (ext) kept by a load: see broker/lifecycle.py
-from protocol import job_record as field
-from protocol.aof_codec import (  # noqa: F401  (part of this module's interface)
+from disquette import job_record as field
+from disquette.aof_codec import (  # noqa: F401  (part of this module's interface)
     FILE_HEADER, FILE_HEADER_SIZE, HISTORY_ONLY, JOB_RECORDS, MAGIC, READ_VERSIONS, REC_ACK,
     REC_DEL, REC_DELIVERED, REC_EXPIRED, REC_FLUSHALL, REC_GOT, REC_HEADER, REC_HEADER_SIZE,
     REC_JOB_ROWS, REC_JOB_ROWS_V2, REC_JOBS, REC_JOBS_V2, REC_NACK, REC_RELEASED, REC_REQUEUE,
@@ -41,7 +41,7 @@ from protocol.aof_codec import (  # noqa: F401  (part of this module's interface
     BadHeader, CorruptAOF, Scanner, TornTail, decode_ids, decode_jobs, decode_time,
     encode_job_columns, encode_job_rows, encode_record, encode_time, file_header,
 )
-from protocol.aof_codec import column as _column
+from disquette.aof_codec import column as _column
 
 
 MAX_JOBS_PER_RECORD = 1024

@@ -27,7 +27,7 @@ from __future__ import annotations
 from heapq import heappop, heappush
 from typing import Final
 
-from protocol import job_record as field
+from disquette import job_record as field
 
 # A key is a client's string, bounded so that the map's memory stays a small
 # fraction of the jobs it guards (Stripe's idempotency keys allow 255 chars).

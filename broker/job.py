@@ -16,7 +16,7 @@ from binascii import b2a_base64
 
 from mypy_extensions import i16, i32, mypyc_attr, u8
 
-from protocol import job_record as field
+from disquette import job_record as field
 
 # Job states, in SPEC order. The index is what SHOW and JSCAN print.
 WAIT_REPL: Final = 0
@@ -389,7 +389,7 @@ JOB_OVERHEAD: Final = 320
 
 
 def job_to_fields(job: Job) -> list:
-    """The job's record (protocol/job_record.py): every field needed to
+    """The job's record (disquette/job_record.py): every field needed to
     rebuild it, msgpack-friendly (bus REPLJOB/YOURJOBS; the AOF's job records
     from format version 3 on). A job added with an IDEMPOTENCY key has one
     more field, the key. The holders go as they are kept, sorted (msgpack

@@ -45,7 +45,7 @@ from broker.records import (
     REC_REQUEUE,
 )
 from broker.registry import Registry
-from protocol import job_record as field
+from disquette import job_record as field
 
 WILLQUEUE_ADVANCE_MS: Final = 500      # SPEC section 8: WILLQUEUE 500 ms before requeue
 REQUEUE_JITTER_MS: Final = 250         # SPEC section 5: +-250 ms

@@ -48,11 +48,11 @@ from typing import Any
 
 from chaos.launcher import SYNCED_SUFFIX, Node, child_env, wait_for
 from chaos.workload import QUEUES
-from protocol.aof_codec import (
+from disquette.aof_codec import (
     FILE_HEADER_SIZE, JOB_RECORDS, REC_ACK, REC_DEL, REC_EXPIRED, REC_FLUSHALL, REC_HEADER_SIZE,
     AOFError, Scanner, decode_ids, decode_jobs,
 )
-from protocol.job_record import ID
+from disquette.job_record import ID
 
 AOF_NAME = "disque.aof"                 # appendfilename's default
 

@@ -20,8 +20,8 @@ from cluster.outbox import Outbox
 from cluster.replication import local_fields, wire_fields
 from cluster.subprotocol import SubProtocol
 from cluster.tombstones import Tombstones
+from disquette import job_record as field
 from protocol import bus as B
-from protocol import job_record as field
 
 ADHOC_MIN_MS, ADHOC_MAX_MS = 25, 2000
 BCAST_MIN_MS, BCAST_MAX_MS = 2000, 30_000

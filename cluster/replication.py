@@ -31,8 +31,8 @@ from cluster.outbox import Outbox
 from cluster.requeue import Requeue
 from cluster.subprotocol import SubProtocol
 from cluster.tombstones import Tombstones
+from disquette import job_record as field
 from protocol import bus as B
-from protocol import job_record as field
 from protocol.resp import Error, Status
 
 WIDEN_EVERY_MS = 50

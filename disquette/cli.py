@@ -21,6 +21,7 @@ import os
 import sys
 from typing import Any, Callable
 
+from ._version import __version__
 from .app import App
 from .client import Client
 from .dead_letters import dead_queue_name
@@ -164,6 +165,7 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("--log-level", default="INFO")
 
     p = argparse.ArgumentParser(prog="disquette", description="Disquette SDK command line")
+    p.add_argument("--version", action="version", version=f"disquette {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     w = sub.add_parser("worker", parents=[common], help="run a handler on a queue's jobs")

@@ -36,7 +36,7 @@ from typing import Any, Callable, Final, Iterator, NamedTuple
 
 import msgpack
 
-from protocol import job_record as field
+from disquette import job_record as field
 from protocol.build import EXTENSIONS
 
 
@@ -514,7 +514,7 @@ def _node_ids(x: Any, known: dict[str, str]) -> bool:
 
 
 def _job_fields(f: Any, ids: dict[str, str]) -> bool:
-    """A job's record (protocol/job_record.py), and (ext) the sender's clock
+    """A job's record (disquette/job_record.py), and (ext) the sender's clock
     after it, an int (cluster/replication.py wire_fields)."""
     if type(f) is not list:
         return False

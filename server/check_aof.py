@@ -28,7 +28,7 @@ import os
 import sys
 
 from broker import aof_format as fmt
-from protocol import aof_codec as codec
+from disquette import aof_codec as codec
 from protocol import disque_aof
 from server import disque_import
 

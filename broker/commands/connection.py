@@ -7,9 +7,9 @@ import hmac
 from broker.commands.args import SYNTAX_ERROR, parse_int
 from broker.commands.table import command
 from broker.dispatch import F_FAST, F_LOADING, F_NOAUTH, CommandError
+from disquette._version import __version__ as VERSION
 from protocol.resp import OK, Error, Map, Status
 
-VERSION = "0.1.0"
 PONG = Status("PONG")
 WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 # Disque's answer to a CLIENT call it does not know (ours knows a few more).

@@ -19,7 +19,7 @@ from broker.job import (
 )
 from broker.queue import PAUSED_IN
 from broker.node import Node
-from protocol import job_record as field
+from disquette import job_record as field
 from protocol.resp import Error, Status
 
 ERR_REPLICATE: Final = "ERR REPLICATE must be between 1 and %d" % field.REPLICATE_MAX

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from protocol.aof_codec import (
+from disquette.aof_codec import (
     FILE_HEADER_SIZE, REC_HEADER_SIZE, REC_TIME, BadHeader, CorruptAOF, Scanner, decode_time,
     record_length, whole_record_at,
 )

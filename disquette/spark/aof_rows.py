@@ -6,7 +6,7 @@ One row per job of a job record (``add``), per id of an id record
 per ``flushall``, and, when damage is skipped, one ``damaged`` row per
 damaged stretch (``offset`` where it starts, ``error`` why). Time marks give
 the ``time`` of the rows after them. The records are decoded by the AOF codec
-the node loads with (protocol/aof_codec.py), checksums verified.
+the node loads with (disquette/aof_codec.py), checksums verified.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from protocol import job_record as field
-from protocol.aof_codec import (
+from disquette import job_record as field
+from disquette.aof_codec import (
     ID_LEN, JOB_RECORDS, REC_ACK, REC_DEL, REC_DELIVERED, REC_EXPIRED, REC_FLUSHALL, REC_GOT,
     REC_HEADER_SIZE, REC_NACK, REC_RELEASED, REC_REQUEUE, REC_TIME, CorruptAOF,
     Scanner, decode_ids, decode_jobs, decode_time, record_length,
@@ -50,7 +50,7 @@ RECORD_NAMES = pa.array(RECORDS, pa.string())
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 # The job's integer fields a job record gives, as columns: (name, field of the
-# record (protocol/job_record.py), Arrow type). A new one is one more field here.
+# record (disquette/job_record.py), Arrow type). A new one is one more field here.
 JOB_INTS = tuple((field.NAMES[i], i, pa.int32())
                  for i in (field.DELAY, field.RETRY, field.REPLICATE, field.NACKS,
                            field.ADDITIONAL_DELIVERIES))

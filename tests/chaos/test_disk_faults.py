@@ -17,7 +17,7 @@ from broker.job import ACTIVE, Job
 from chaos.checker import check
 from chaos.disk import flip_bit, live_jobs, power_loss_lines
 from chaos.history import read_history
-from protocol.aof_codec import FILE_HEADER_SIZE, REC_ACK, REC_HEADER_SIZE, file_header
+from disquette.aof_codec import FILE_HEADER_SIZE, REC_ACK, REC_HEADER_SIZE, file_header
 from server import check_aof
 from tests.chaos.crafted import Run
 from tests.chaos.short_run import run_chaos

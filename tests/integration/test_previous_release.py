@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from chaos.previous_release import Unavailable, previous_release
-from protocol import aof_codec
+from disquette import aof_codec
 from disquette.testing import NodeStartError
 from tests.harness import REPO_ROOT, join, wait_until
 

@@ -1,7 +1,7 @@
 """broker/job.py: a job's id (its shape, what it tells other nodes: the
 creating node, the TTL, at least or at most once), its shard, the holder
 lists a node shares among its jobs, and a job's fields as a peer receives
-them (protocol/job_record.py's order)."""
+them (disquette/job_record.py's order)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from broker.job import (
     job_shard, job_to_fields, make_job_id, node_prefix_of, random_node_id, ttl_from_id,
     valid_job_id,
 )
-from protocol import job_record as field
+from disquette import job_record as field
 
 NODE = "0123abcd" + "e" * 32
 

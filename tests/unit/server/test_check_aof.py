@@ -9,7 +9,7 @@ import random
 
 from broker.config import Config
 from broker.job import job_to_fields
-from protocol import aof_codec as codec
+from disquette import aof_codec as codec
 from server.check_aof import main, to_version
 from server.sim.disk import SimDisk
 from server.sim.inprocess import InProcessNode

@@ -1,9 +1,8 @@
-# compiled: mypyc (setup.py builds each module whose first line this is)
 """A job's record: the fields that rebuild a job, each at one position, and the
 bounds of its narrow integers. Every copy of a job lists them in this order:
 REPLJOB and YOURJOBS on the bus (broker/job.py job_to_fields, checked by
 protocol/bus.py), the rows and columns of the AOF's job records from format
-version 3 on (broker/aof_format.py writes them, protocol/aof_codec.py reads
+version 3 on (broker/aof_format.py writes them, disquette/aof_codec.py reads
 them) and the job history's reader (disquette/spark/aof_rows.py).
 
 The order is the bus's: peers of the previous release read it, so a field

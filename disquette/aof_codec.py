@@ -24,7 +24,7 @@ All integers are little endian. Record types:
 
     C  job creations: msgpack of a column list (below); a batch of 16..1024 jobs
     c  job creations, a few (1..15): msgpack of a list of rows, one per job:
-       the job's record (protocol/job_record.py, as the bus carries it):
+       the job's record (disquette/job_record.py, as the bus carries it):
        [id, queue, body, state, flags, replicate, etime, ctime, delay, retry,
         nacks, additional-deliveries, nodes-delivered (list or None),
         requeue-time]
@@ -106,7 +106,7 @@ from itertools import repeat
 import msgpack
 from crc32c import crc32c
 
-from protocol import job_record as field
+from . import job_record as field
 
 REC_JOBS = 0x43         # 'C'  job creations (a batch, in columns)
 REC_JOB_ROWS = 0x63     # 'c'  job creations (a few, in rows)
@@ -145,7 +145,7 @@ _TIME = struct.Struct("<Q")
 ID_LEN = 40                     # a job id's length (broker/job.py JOB_ID_LEN)
 
 # The fields of a job in J and j records (format versions 1 and 2, and the
-# records of a file upgraded from one): the record's (protocol/job_record.py)
+# records of a file upgraded from one): the record's (disquette/job_record.py)
 # with the requeue time before the holders. By name: each field's position there.
 ORDER_V2 = ("id", "queue", "body", "state", "flags", "replicate", "etime", "ctime", "delay",
             "retry", "nacks", "additional_deliveries", "requeue_time", "nodes_delivered",
@@ -169,7 +169,7 @@ def encode_record(payload: bytes) -> bytes:
 
 
 def encode_job_rows(records: list, version: int = VERSION) -> bytes:
-    """A c record of these jobs' records (protocol/job_record.py's lists, as
+    """A c record of these jobs' records (disquette/job_record.py's lists, as
     broker/job.py job_to_fields makes them): one row each; when one has an
     IDEMPOTENCY key, every row has the key field (None for the others).
     ``version`` 2: a j record, the fields in ORDER_V2 (disquette-check-aof
@@ -409,7 +409,7 @@ class Scanner:
 
 def decode_jobs(payload) -> list:
     """The columns of a job record (a payload of JOB_RECORDS, type byte
-    included), one per field of the record in its order (protocol/job_record.py,
+    included), one per field of the record in its order (disquette/job_record.py,
     whatever the record's): lists, tuples or iterators, an all-zero column may
     be the int 0; nodes-delivered is None or a list of node-id lists/None per
     job; and when the record has them the IDEMPOTENCY keys (ext: a key or None

@@ -1,0 +1,1 @@
+../pyspark_disquette_aof.py
