@@ -15,6 +15,7 @@ from broker.dispatch import CommandError
 from broker.node import Host
 from protocol.resp import READER
 from server import reconfigure
+from server.aof_files import OSFiles
 from server.aof_rewrite import rewrite_file
 
 try:    # glibc: hand the free pages inside the heap back to the system
@@ -115,7 +116,7 @@ class ServerHost(Host):
             # (appendfilename, in dir: our working directory) from the jobs
             # held now. Done before the reply: there is no log to follow.
             try:
-                rewrite_file(self.server.node, self.server.config.appendfilename)
+                rewrite_file(OSFiles(), self.server.node, self.server.config.appendfilename)
             except OSError as e:
                 raise CommandError(
                     f"ERR Can't rewrite the append only file: {e.strerror}") from None

@@ -226,9 +226,9 @@ def test_a_failed_test_shows_its_nodes_log(tmp_path: Path) -> None:
 
 
 def test_the_installed_entry_point_loads_it(tmp_path: Path) -> None:
-    """The pyproject's pytest11 entry point, as an installed distribution
+    """The SDK pyproject's pytest11 entry point, as an installed distribution
     declares it: the fixtures without -p, and -p with it loads it once."""
-    entry = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    entry = tomllib.loads((REPO_ROOT / "sdk" / "pyproject.toml").read_text())
     points = entry["project"]["entry-points"]["pytest11"]
     site = tmp_path / "site"
     dist = site / "disquette_plugin_check-0.dist-info"
